@@ -1,0 +1,1 @@
+"""Hydra configuration files of the hpengine entry points (installed as ``hpengine.conf``)."""

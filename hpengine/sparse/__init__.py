@@ -1,0 +1,18 @@
+"""Incidence, degrees, normalisation and the factored transition operator."""
+from hpengine.sparse._incidence import (
+    augmented_incidence,
+    coalesce_pairs,
+    csr_from_sorted_pairs,
+    inverse_or_zero,
+    node_degree,
+)
+from hpengine.sparse._transition import TransitionOperator
+
+__all__ = [
+    "TransitionOperator",
+    "augmented_incidence",
+    "coalesce_pairs",
+    "csr_from_sorted_pairs",
+    "inverse_or_zero",
+    "node_degree",
+]

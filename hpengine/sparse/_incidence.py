@@ -1,0 +1,91 @@
+"""Incidence construction and degrees (SPEC §1.4)."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+
+def coalesce_pairs(index: Tensor, num_rows: int, num_cols: int) -> Tensor:
+    """Sort ``(row, col)`` pairs row-major and drop duplicates.
+
+    Args:
+        index: int64 ``[2, n]`` pairs.
+        num_rows: number of rows (used to form a single sort key).
+        num_cols: number of columns.
+
+    Returns:
+        int64 ``[2, nnz]`` unique pairs, sorted by row then column.
+
+    Shapes:
+        index: ``[2, n]`` -> ``[2, nnz]`` with ``nnz <= n``.
+    """
+    if index.numel() == 0:
+        return index.new_zeros((2, 0))
+    key = index[0] * num_cols + index[1]
+    key = torch.unique(key, sorted=True)
+    return torch.stack([key // num_cols, key % num_cols])
+
+
+def node_degree(index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Count how often each node appears in ``index`` (scatter-add).
+
+    Args:
+        index: int64 ``[n]`` node ids.
+        num_nodes: number of nodes (explicit, never ``index.max()``).
+        dtype: dtype of the result.
+
+    Returns:
+        ``[num_nodes]`` degrees.
+
+    Example:
+        >>> node_degree(torch.tensor([0, 2, 2]), 3)
+        tensor([1., 0., 2.])
+    """
+    out = torch.zeros(num_nodes, dtype=dtype, device=index.device)
+    return out.index_add_(0, index, torch.ones_like(index, dtype=dtype))
+
+
+def inverse_or_zero(x: Tensor) -> Tensor:
+    """``1 / x`` with infinities (from zeros) replaced by 0, so isolated nodes weigh 0, never NaN."""
+    out = x.reciprocal()
+    return out.masked_fill_(torch.isinf(out), 0.0)
+
+
+def augmented_incidence(fact_entity: Tensor, fact_passage: Tensor, num_entities: int) -> Tensor:
+    """Pairs of ``B = [B_he | B_hd]``: entity columns first, then passage columns offset by V.
+
+    ``W_s = B_he D_e^-1 B_he^T + B_hd D_d^-1 B_hd^T = B D^-1 B^T`` with ``D = diag(d_e, d_d)``,
+    so one incidence and one degree vector describe the whole structural operator.
+
+    Args:
+        fact_entity: int64 ``[2, nnz_e]`` coalesced (fact, entity) pairs.
+        fact_passage: int64 ``[H]`` passage of each fact.
+        num_entities: V.
+
+    Returns:
+        int64 ``[2, nnz_e + H]`` (fact, column) pairs, sorted by fact then column.
+    """
+    num_facts = fact_passage.numel()
+    facts = torch.arange(num_facts, device=fact_passage.device)
+    pairs = torch.cat([fact_entity, torch.stack([facts, fact_passage + num_entities])], dim=1)
+    # entity columns < V <= passage columns, so sorting by (fact, column) keeps rows contiguous
+    key = pairs[0] * (num_entities + 1) + torch.where(pairs[1] < num_entities, pairs[1], num_entities)
+    order = torch.argsort(key, stable=True)
+    return pairs[:, order]
+
+
+def csr_from_sorted_pairs(pairs: Tensor, num_rows: int, num_cols: int, values: Tensor) -> Tensor:
+    """Build a ``torch.sparse_csr`` matrix from row-sorted pairs without a COO round trip.
+
+    Shapes:
+        pairs: ``[2, nnz]`` sorted by row; values: ``[nnz]`` -> ``[num_rows, num_cols]`` CSR.
+    """
+    counts = torch.bincount(pairs[0], minlength=num_rows)
+    crow = torch.zeros(num_rows + 1, dtype=torch.int64, device=pairs.device)
+    torch.cumsum(counts, 0, out=crow[1:])
+    with warnings.catch_warnings():  # "CSR support is in beta": known, and we rely only on spmm
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, pairs[1].contiguous(), values, size=(num_rows, num_cols),
+                                       check_invariants=False)
