@@ -1,0 +1,26 @@
+"""Hydra ConfigStore registration. Only entry points call :func:`register_configs`."""
+from __future__ import annotations
+
+from hpengine.config._schemas import (
+    EncoderConfig,
+    EvalConfig,
+    ExtractorConfig,
+    GraphConfig,
+    IndexConfig,
+    ModelConfig,
+    RetrievalConfig,
+)
+
+
+def register_configs() -> None:
+    """Register the schemas so ``conf/*.yaml`` can extend them through their defaults lists."""
+    from hydra.core.config_store import ConfigStore  # entry points only: the library never imports Hydra
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_index", node=IndexConfig)
+    cs.store(group="extractor", name="base_extractor", node=ExtractorConfig)
+    cs.store(group="encoder", name="base_encoder", node=EncoderConfig)
+    cs.store(group="graph", name="base_graph", node=GraphConfig)
+    cs.store(group="retrieval", name="base_retrieval", node=RetrievalConfig)
+    cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="eval", name="base_eval", node=EvalConfig)

@@ -1,0 +1,59 @@
+"""Reader: answers a (sub-)question from facts with an instruction LLM, batched (SPEC §2.2-2.3)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PROMPT_VERSION = "read-v1"
+UNKNOWN = "unknown"
+
+_HOP = ("Answer the question using only the facts. Reply with the answer only: a short phrase "
+        "(a name, place, date or number), or 'unknown' if the facts do not say.")
+_FINAL = ("Answer the question using the facts. Reply with the answer only: a short phrase "
+          "(a name, place, date, number, or yes/no).")
+
+
+def reading_prompt(question: str, facts: list[str], final: bool) -> str:
+    lines = [_FINAL if final else _HOP, "", "Facts:"]
+    lines.extend(f"- {f}" for f in facts)
+    lines.extend(["", f"Question: {question}", "Answer:"])
+    return "\n".join(lines)
+
+
+def clean_answer(text: str) -> str:
+    """First line of the output, without an 'Answer:' prefix, quotes or a final period."""
+    line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"^\s*(answer\s*:)\s*", "", line, flags=re.I).strip().strip('"').strip("'").strip()
+    if line.endswith(".") and not re.search(r"\b[A-Z]\.$", line):
+        line = line[:-1]
+    return line
+
+
+def is_unknown(answer: str) -> bool:
+    a = answer.strip().lower()
+    return not a or a.startswith(UNKNOWN) or a in {"none", "n/a", "not mentioned", "not given"}
+
+
+@dataclass
+class Reader:
+    """One batched ``generate`` per call over all questions of the batch."""
+
+    model: object
+    tokenizer: object
+    max_new_tokens: int = 24
+    batch_size: int = 8
+    max_facts: int = 20
+    stats: dict = field(default_factory=lambda: {"calls": 0, "unknown": 0, "tokens_in": 0, "tokens_out": 0})
+
+    def read(self, questions: list[str], facts: list[list[str]], final: bool = False) -> list[str]:
+        from hpengine.models._generate import batched_generate
+
+        prompts = [reading_prompt(q, f[: self.max_facts], final) for q, f in zip(questions, facts)]
+        res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
+                               batch_size=self.batch_size)
+        self.stats["calls"] += len(prompts)
+        self.stats["tokens_in"] += res.tokens_in
+        self.stats["tokens_out"] += res.tokens_out
+        answers = [clean_answer(t) for t in res.texts]
+        self.stats["unknown"] += sum(is_unknown(a) for a in answers)
+        return answers

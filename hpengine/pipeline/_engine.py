@@ -1,0 +1,270 @@
+"""The QA engine: questions in, answers with evidence chains and ranked passages out (SPEC §2).
+
+All questions of a batch advance hop by hop together: one encoder call, one
+``hyperprove_hop`` and (with an LLM) one batched ``generate`` per hop. Python loops here run
+over hops, and over questions only at the text boundary (building prompts and query strings,
+reading the answers back), never around tensor work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from hpengine._profiling import StageTimer
+from hpengine.config import RetrievalConfig
+from hpengine.models._decomposer import rewrite
+from hpengine.models._entities import entity_key
+from hpengine.models._reader import is_unknown
+from hpengine.pipeline._ranking import bridge_entities, rank_passages
+
+RETRIEVERS = ("hyperprove", "dense")
+
+
+@dataclass
+class ChainFact:
+    text: str
+    title: str
+    passage: int
+    score: float
+    distance: int  # BFS distance to the carried frontier; -1 when unreachable / first hop
+
+
+@dataclass
+class HopRecord:
+    subquery: str  # as rewritten with the answers of earlier hops
+    answer: str
+    facts: list
+
+
+@dataclass
+class Prediction:
+    question: str
+    answer: str
+    chain: list
+    passages: list  # ranked passage ids
+
+    def to_dict(self, index) -> dict:
+        return {
+            "question": self.question, "prediction": self.answer,
+            "retrieved": [index.passages[p].title for p in self.passages],
+            "chain": [{"subquery": h.subquery, "answer": h.answer,
+                       "facts": [vars(f) for f in h.facts]} for h in self.chain],
+        }
+
+
+@dataclass
+class EngineConfig:
+    """Pipeline settings around the hop (retrieval parameters live in RetrievalConfig)."""
+
+    retriever: str = "hyperprove"
+    num_hops: int = 2  # no-LLM mode: fixed hops; with an LLM: the most sub-queries a plan may have
+    passage_width: int = 10  # ranked passages returned per question
+    bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
+    reader_passages: int = 5  # dense retriever: passages given to the reader
+    final_with_passages: bool = False  # final reader also sees the chain's source passages
+
+    def __post_init__(self):
+        if self.retriever not in RETRIEVERS:
+            raise ValueError(f"retriever must be one of {list(RETRIEVERS)} (got {self.retriever!r})")
+        if self.num_hops < 1:
+            raise ValueError(f"num_hops must be >= 1 (got {self.num_hops})")
+
+
+class Engine:
+    """Answer-guided multi-hop retrieval and reading over an :class:`~hpengine.graph.Index`.
+
+    Args:
+        index: the index (its tensors' device is where retrieval runs).
+        encoder: query encoder; must be the one the index was built with.
+        retrieval: hop parameters.
+        config: pipeline parameters.
+        decomposer, reader: LLM components; both None selects the no-LLM mode.
+    """
+
+    def __init__(self, index, encoder, retrieval: RetrievalConfig | None = None, config: EngineConfig | None = None,
+                 *, decomposer=None, reader=None):
+        if index.meta.get("encoder") not in (None, encoder.name):
+            raise ValueError(f"index was built with encoder {index.meta.get('encoder')!r} but the engine got "
+                             f"{encoder.name!r}; use the same encoder")
+        self.index = index
+        self.encoder = encoder
+        self.retrieval = retrieval or RetrievalConfig()
+        self.config = config or EngineConfig()
+        self.decomposer = decomposer
+        self.reader = reader
+        self.timer = StageTimer(index.device)
+        self.stats = {"questions": 0}
+        graph = index.graph
+        raw = index.fact_entity_raw
+        # CSR of the extracted (pre-synonym) incidence: bridges are entities the facts name
+        counts = torch.bincount(raw[0], minlength=index.num_facts)
+        self._raw_crow = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        self._raw_col = raw[1][torch.argsort(raw[0], stable=True)]
+        order = torch.argsort(graph.fact_passage, stable=True)
+        pcounts = torch.bincount(graph.fact_passage, minlength=index.num_passages)
+        self._passage_crow = torch.cat([pcounts.new_zeros(1), torch.cumsum(pcounts, 0)])
+        self._passage_facts = order
+        self._dense_index = None
+
+    # -------------------------------------------------------------- helpers
+    def _encode(self, texts: list) -> Tensor:
+        with self.timer.stage("encode"):
+            return self.encoder.encode(texts).to(self.index.device, self.index.fact_emb.dtype)
+
+    def _dense_passages(self, query_emb: Tensor, k: int) -> Tensor:
+        from hpengine.retrieval import dense_topk
+
+        if self.index.passage_emb is None:
+            return query_emb.new_full((query_emb.shape[0], 0), -1, dtype=torch.int64)
+        k = min(k, self.index.num_passages)
+        with self.timer.stage("dense"):
+            _, ids = dense_topk(query_emb, self.index.passage_emb, k)
+        return ids
+
+    def _named_pairs(self, questions: list, fact_ids: Tensor, used: list) -> Tensor:
+        """(question, entity) pairs of candidate bridge entities that the question already names
+        or that earlier hops already used. String matching is per question by nature."""
+        q, k = fact_ids.shape
+        flat = fact_ids.reshape(-1)
+        valid = flat >= 0
+        safe = flat.clamp_min(0)
+        start = self._raw_crow[safe]
+        count = torch.where(valid, self._raw_crow[safe + 1] - start, torch.zeros_like(start))
+        rows = torch.repeat_interleave(torch.arange(q * k, device=flat.device), count)
+        off = torch.arange(rows.numel(), device=flat.device) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
+        pairs = torch.unique(torch.stack([rows // k, self._raw_col[start[rows] + off]]), dim=1)
+        lowered = [" " + entity_key(text) + " " for text in questions]
+        bad = [(qi, e) for qi, e in pairs.t().tolist()  # host copy: text matching below
+               if e in used[qi] or f"{entity_key(self.index.entities[e])}" in lowered[qi]]
+        if not bad:
+            return pairs.new_zeros((2, 0))
+        return torch.tensor(bad, dtype=torch.int64, device=flat.device).t()
+
+    def _bridges(self, questions: list, fact_ids: Tensor, scores: Tensor, used: list) -> list:
+        excluded = self._named_pairs(questions, fact_ids, used)
+        ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, self.index.num_entities)
+        out = []
+        for qi, e in enumerate(ent.tolist()):
+            if e >= 0:
+                used[qi].add(e)
+                out.append(self.index.entities[e])
+            else:
+                out.append("")
+        return out
+
+    def _chain_facts(self, fact_ids: Tensor, scores: Tensor, distance: Tensor) -> list:
+        idx = self.index
+        fp = idx.fact_passage.tolist() if not hasattr(self, "_fp_list") else self._fp_list
+        self._fp_list = fp
+        out = []
+        for ids, sc, ds in zip(fact_ids.tolist(), scores.tolist(), distance.tolist()):
+            out.append([ChainFact(idx.facts[f], idx.passages[fp[f]].title, fp[f], round(s, 5), d)
+                        for f, s, d in zip(ids, sc, ds) if f >= 0])
+        return out
+
+    # ------------------------------------------------------------------ run
+    def answer(self, questions: list) -> list:
+        """Answer a batch of questions.
+
+        Returns:
+            one :class:`Prediction` per question.
+        """
+        if not questions:
+            return []
+        self.stats["questions"] += len(questions)
+        if self.config.retriever == "dense":
+            return self._answer_dense(questions)
+        return self._answer_hyperprove(questions)
+
+    def _plans(self, questions: list) -> list:
+        if self.decomposer is None:
+            return [[q] * self.config.num_hops for q in questions]
+        with self.timer.stage("decompose"):
+            return self.decomposer.decompose(questions)
+
+    def _answer_hyperprove(self, questions: list) -> list:
+        from hpengine.retrieval import hyperprove_hop
+
+        idx, cfg = self.index, self.config
+        q = len(questions)
+        plans = self._plans(questions)
+        num_hops = max(len(p) for p in plans)
+        frontier = torch.full((q, 0), -1, dtype=torch.int64, device=idx.device)
+        answers = [[] for _ in range(q)]
+        chains = [[] for _ in range(q)]
+        used = [set() for _ in range(q)]
+        graph = idx.graph
+        for t in range(num_hops):
+            active_list = [len(p) > t for p in plans]
+            texts = []
+            for i, plan in enumerate(plans):
+                if not active_list[i]:
+                    texts.append(questions[i])
+                elif self.decomposer is None:
+                    bridge = answers[i][-1] if answers[i] else ""
+                    texts.append(cfg.bridge_template.format(question=questions[i], bridge=bridge).strip()
+                                 if bridge else questions[i])
+                else:
+                    texts.append(rewrite(plan[t], answers[i]))
+            active = torch.tensor(active_list, device=idx.device)
+            query_emb = self._encode(texts)
+            with self.timer.stage("retrieve"):
+                hop = hyperprove_hop(graph, idx.fact_emb, query_emb, frontier, active=active, cfg=self.retrieval)
+            frontier = hop.frontier
+            facts = self._chain_facts(hop.fact_ids, hop.scores, hop.distance)
+            if self.reader is None:
+                hop_answers = self._bridges(questions, hop.fact_ids, hop.scores, used)
+            else:
+                with self.timer.stage("read"):
+                    chain_texts = self._frontier_texts(frontier)
+                    hop_answers = self.reader.read(texts, chain_texts)
+                fallback = self._bridges(questions, hop.fact_ids, hop.scores, used)
+                hop_answers = [fb if is_unknown(a) else a for a, fb in zip(hop_answers, fallback)]
+            for i in range(q):
+                if active_list[i]:
+                    answers[i].append(hop_answers[i])
+                    chains[i].append(HopRecord(texts[i], hop_answers[i], facts[i]))
+        if self.reader is None:
+            final = [a[-1] if a else "" for a in answers]
+        else:
+            with self.timer.stage("read"):
+                final = self.reader.read(questions, self._frontier_texts(frontier), final=True)
+        dense = self._dense_passages(self._encode(questions), cfg.passage_width)
+        ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width)
+        return [Prediction(questions[i], final[i], chains[i], [p for p in ranked[i].tolist() if p >= 0])
+                for i in range(q)]
+
+    def _frontier_texts(self, frontier: Tensor) -> list:
+        return [[self.index.facts[f] for f in row if f >= 0] for row in frontier.tolist()]
+
+    def _answer_dense(self, questions: list) -> list:
+        idx, cfg = self.index, self.config
+        query_emb = self._encode(questions)
+        ranked = self._dense_passages(query_emb, cfg.passage_width)
+        top = ranked[:, : cfg.reader_passages]
+        if self.reader is None:
+            # facts of the top passages, weighted by passage rank, give the answer entity
+            fact_ids, scores = self._passage_facts_of(top)
+            used = [set() for _ in questions]
+            final = self._bridges(questions, fact_ids, scores, used)
+        else:
+            texts = [[f"{idx.passages[p].title}: {idx.passages[p].text}" for p in row if p >= 0] for row in top.tolist()]
+            with self.timer.stage("read"):
+                final = self.reader.read(questions, texts, final=True)
+        return [Prediction(questions[i], final[i], [], [p for p in ranked[i].tolist() if p >= 0])
+                for i in range(len(questions))]
+
+    def _passage_facts_of(self, passages: Tensor, per_passage: int = 16):
+        """Facts of each question's top passages: ids ``[Q, R*per_passage]`` and a rank weight."""
+        q, r = passages.shape
+        safe = passages.clamp_min(0)
+        start = self._passage_crow[safe]
+        count = torch.where(passages >= 0, self._passage_crow[safe + 1] - start, torch.zeros_like(start))
+        slot = torch.arange(per_passage, device=passages.device)
+        ids = torch.where(slot < count.unsqueeze(-1), self._passage_facts[(start.unsqueeze(-1) + slot).clamp(
+            max=self._passage_facts.numel() - 1)], torch.full_like(start.unsqueeze(-1).expand(-1, -1, per_passage), -1))
+        weight = (1.0 / (1.0 + torch.arange(r, device=passages.device, dtype=torch.float32))).view(1, r, 1)
+        scores = weight.expand(q, r, per_passage)
+        return ids.reshape(q, -1), scores.reshape(q, -1)

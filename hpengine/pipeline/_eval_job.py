@@ -1,0 +1,137 @@
+"""The ``eval`` and ``ask`` jobs: a question file in, metrics and per-question records out (SPEC §4)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hpengine._profiling import peak_rss_mb
+from hpengine.config import EncoderConfig, EvalConfig, ModelConfig, RetrievalConfig
+from hpengine.pipeline._engine import Engine, EngineConfig
+
+
+@dataclass
+class EvalJobConfig:
+    """``hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json``."""
+
+    index: str = ""
+    questions: str = ""  # empty: the built-in demo questions
+    output: str = ""
+    device: str = "cpu"
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def load_llm(cfg: ModelConfig):
+    """Decomposer and reader sharing one causal LM, or ``(None, None)`` in no-LLM mode."""
+    if not cfg.llm:
+        return None, None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hpengine.models._decomposer import Decomposer
+    from hpengine.models._reader import Reader
+
+    if not os.path.exists(cfg.llm) and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FileNotFoundError(f"model.llm={cfg.llm!r} is not a local folder and the hub is offline")
+    tok = AutoTokenizer.from_pretrained(cfg.llm)
+    model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
+    return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, batch_size=cfg.batch_size),
+            Reader(model, tok, max_new_tokens=cfg.max_new_tokens_read, batch_size=cfg.batch_size))
+
+
+def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
+    from hpengine.graph._index import Index
+    from hpengine.pipeline._factory import make_encoder
+
+    encoder = encoder or make_encoder(cfg.encoder)
+    if index is None:
+        index = Index.load(cfg.index, device=cfg.device, expected_encoder=encoder.name)
+    decomposer, reader = load_llm(cfg.model)
+    return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
+
+
+def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True) -> dict:
+    """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them."""
+    from tqdm.auto import tqdm
+
+    from hpengine.eval import exact_match, f1_score, recall_at_k
+
+    if eval_cfg.max_questions:
+        questions = questions[: eval_cfg.max_questions]
+    start = time.perf_counter()
+    preds = []
+    bar = tqdm(total=len(questions), desc="questions", disable=not progress)
+    for b in range(0, len(questions), eval_cfg.batch_size):
+        batch = questions[b: b + eval_cfg.batch_size]
+        preds.extend(engine.answer([q.question for q in batch]))
+        bar.update(len(batch))
+    bar.close()
+    wall = time.perf_counter() - start
+    idx = engine.index
+    records, totals = [], {"em": 0.0, "f1": 0.0, **{f"recall@{k}": 0.0 for k in eval_cfg.recall_ks}}
+    for q, p in zip(questions, preds):
+        retrieved = [(idx.passages[i].title, idx.passages[i].text) for i in p.passages]
+        rec = {"id": q.id, "gold": q.answers, **p.to_dict(idx), "em": exact_match(p.answer, q.answers),
+               "f1": f1_score(p.answer, q.answers)}
+        for k in eval_cfg.recall_ks:
+            rec[f"recall@{k}"] = recall_at_k(retrieved, q.gold_passages, k)
+        for key in totals:
+            totals[key] += rec[key]
+        records.append(rec)
+    n = max(len(questions), 1)
+    tokens_in = sum(c.stats.get("tokens_in", 0) for c in (engine.decomposer, engine.reader) if c is not None)
+    tokens_out = sum(c.stats.get("tokens_out", 0) for c in (engine.decomposer, engine.reader) if c is not None)
+    fallback = engine.decomposer.stats["fallback"] if engine.decomposer is not None else 0
+    return {
+        "num_questions": len(questions),
+        "retriever": engine.config.retriever,
+        "llm": bool(engine.reader is not None),
+        **{key: round(v / n, 4) for key, v in totals.items()},
+        "seconds": {k: round(v, 3) for k, v in engine.timer.seconds.items()},
+        "wall_seconds": round(wall, 3),
+        "questions_per_second": round(len(questions) / wall, 3) if wall > 0 else None,
+        "llm_tokens_in": tokens_in, "llm_tokens_out": tokens_out,
+        "decomposition_fallbacks": fallback,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "records": records,
+    }
+
+
+def summary_table(result: dict) -> str:
+    keys = ["num_questions", "retriever", "llm"] + [k for k in result if k.startswith("recall@")] + \
+        ["em", "f1", "questions_per_second", "wall_seconds", "llm_tokens_in", "llm_tokens_out"]
+    width = max(len(k) for k in keys)
+    return "\n".join(f"{k:<{width}}  {result[k]}" for k in keys if k in result)
+
+
+def run_eval(cfg: EvalJobConfig, progress: bool = True) -> dict:
+    from hpengine.eval import load_questions
+    from hpengine.graph._corpus import builtin_questions_path
+
+    engine = make_engine(cfg)
+    questions = load_questions(cfg.questions or str(builtin_questions_path()))
+    result = evaluate(engine, questions, cfg.eval, progress)
+    result["config"] = {"index": cfg.index, "questions": cfg.questions, "retrieval": asdict(cfg.retrieval),
+                        "engine": asdict(cfg.engine), "model": asdict(cfg.model)}
+    if cfg.output:
+        out = Path(cfg.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        os.replace(tmp, out)
+    return result
+
+
+def format_prediction(pred) -> str:
+    lines = [f"Q: {pred.question}", f"A: {pred.answer}"]
+    for t, hop in enumerate(pred.chain, 1):
+        lines.append(f"  hop {t}: {hop.subquery!r} -> {hop.answer!r}")
+        for f in hop.facts:
+            lines.append(f"     {f.score:+.3f} [{f.title}] {f.text}")
+    return "\n".join(lines)
