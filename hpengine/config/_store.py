@@ -24,3 +24,9 @@ def register_configs() -> None:
     cs.store(group="retrieval", name="base_retrieval", node=RetrievalConfig)
     cs.store(group="model", name="base_model", node=ModelConfig)
     cs.store(group="eval", name="base_eval", node=EvalConfig)
+    from hpengine.pipeline._engine import EngineConfig
+    from hpengine.pipeline._eval_job import DemoJobConfig, EvalJobConfig
+
+    cs.store(name="base_eval_job", node=EvalJobConfig)
+    cs.store(name="base_demo_job", node=DemoJobConfig)
+    cs.store(group="engine", name="base_engine", node=EngineConfig)

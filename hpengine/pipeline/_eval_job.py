@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hpengine._profiling import peak_rss_mb
-from hpengine.config import EncoderConfig, EvalConfig, ModelConfig, RetrievalConfig
+from hpengine.config import EncoderConfig, EvalConfig, ExtractorConfig, GraphConfig, ModelConfig, RetrievalConfig
 from hpengine.pipeline._engine import Engine, EngineConfig
 
 
@@ -135,3 +135,41 @@ def format_prediction(pred) -> str:
         for f in hop.facts:
             lines.append(f"     {f.score:+.3f} [{f.title}] {f.text}")
     return "\n".join(lines)
+
+
+@dataclass
+class DemoJobConfig:
+    """``hpengine demo``: index the built-in corpus, answer the built-in questions, print everything."""
+
+    out: str = ""  # empty: a temporary folder
+    device: str = "cpu"
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def run_demo(cfg: DemoJobConfig, progress: bool = False) -> tuple:
+    """Build the built-in index, answer the built-in questions; returns ``(build_report, result, preds)``."""
+    import tempfile
+
+    from hpengine.config import IndexConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph._corpus import builtin_questions_path
+    from hpengine.pipeline._factory import make_encoder
+    from hpengine.pipeline._index_job import run_index
+
+    out = cfg.out or os.path.join(tempfile.mkdtemp(prefix="hpengine_demo_"), "index")
+    icfg = IndexConfig(corpus="", out=out, device=cfg.device, extractor=cfg.extractor, encoder=cfg.encoder,
+                       graph=cfg.graph)
+    index, build_report = run_index(icfg, progress=progress)
+    encoder = make_encoder(cfg.encoder)
+    ecfg = EvalJobConfig(index=out, device=cfg.device, encoder=cfg.encoder, retrieval=cfg.retrieval,
+                         engine=cfg.engine, model=cfg.model, eval=cfg.eval)
+    engine = make_engine(ecfg, index=index, encoder=encoder)
+    questions = load_questions(str(builtin_questions_path()))
+    result = evaluate(engine, questions, cfg.eval, progress)
+    return build_report, result, engine

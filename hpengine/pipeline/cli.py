@@ -4,6 +4,9 @@ Commands map to primary configs in ``conf/``:
 
     hpengine index corpus=PATH out=DIR [extractor=fast|llm] [device=cpu|cuda]
     hpengine add   corpus=PATH out=DIR          (incremental add to a saved index)
+    hpengine demo                               (built-in corpus and questions)
+    hpengine ask INDEX "question"
+    hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json
 
 This is the only module (with benchmarks/) that touches Hydra: it composes YAML on top of the
 typed schemas, converts to dataclasses and calls plain library functions.
@@ -20,6 +23,9 @@ commands:
   index   build an index:   hpengine index corpus=PATH out=DIR [extractor=fast|llm] [device=cpu|cuda]
           (no corpus=: the built-in demo corpus)
   add     add passages:     hpengine add corpus=PATH out=DIR
+  demo    built-in default: index the built-in corpus, answer its questions, print chains and scores
+  ask     one question:     hpengine ask INDEX "question" [model.llm=PATH]
+  eval    a question file:  hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json
 Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps."""
 
 
@@ -55,7 +61,49 @@ def _add_task(cfg) -> None:
     print(format_report(report, icfg.out))
 
 
-_COMMANDS = {"index": ("index", _index_task), "add": ("index", _add_task)}
+def _eval_task(cfg) -> None:
+    from hpengine.pipeline._eval_job import run_eval, summary_table
+
+    ecfg = _to_dataclass(cfg)
+    result = run_eval(ecfg)
+    print(summary_table(result))
+    if ecfg.output:
+        print(f"per-question records written to {ecfg.output}")
+
+
+def _demo_task(cfg) -> None:
+    from hpengine.pipeline._eval_job import format_prediction, run_demo, summary_table
+    from hpengine.pipeline._index_job import format_report
+
+    dcfg = _to_dataclass(cfg)
+    build_report, result, engine = run_demo(dcfg)
+    print(format_report(build_report, engine.index.meta.get("build_report", {}).get("corpus", "built-in corpus")))
+    print()
+    for rec in result["records"]:
+        print(f"Q: {rec['question']}\nA: {rec['prediction']}   (gold: {rec['gold'][0]}; em={rec['em']:.0f} "
+              f"f1={rec['f1']:.2f} recall@2={rec['recall@2']:.2f} recall@5={rec['recall@5']:.2f})")
+        for t, hop in enumerate(rec["chain"], 1):
+            print(f"  hop {t}: {hop['subquery']!r} -> {hop['answer']!r}")
+            for f in hop["facts"][:3]:
+                print(f"     {f['score']:+.3f} [{f['title']}] {f['text']}")
+    print()
+    print(summary_table(result))
+
+
+def _ask_task_for(index_dir: str, question: str):
+    def task(cfg) -> None:
+        from hpengine.pipeline._eval_job import format_prediction, make_engine
+
+        ecfg = _to_dataclass(cfg)
+        ecfg.index = index_dir
+        engine = make_engine(ecfg)
+        print(format_prediction(engine.answer([question])[0]))
+
+    return task
+
+
+_COMMANDS = {"index": ("index", _index_task), "add": ("index", _add_task), "eval": ("eval", _eval_task),
+             "demo": ("demo", _demo_task)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         print(_USAGE)
         return
     command, rest = argv[0], argv[1:]
-    if command not in _COMMANDS:
+    if command not in _COMMANDS and command != "ask":
         print(f"hpengine: unknown command {command!r}; choose one of {sorted(_COMMANDS)}\n\n{_USAGE}", file=sys.stderr)
         raise SystemExit(2)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -74,7 +122,17 @@ def main(argv: list[str] | None = None) -> None:
     from hpengine.config._store import register_configs
 
     register_configs()
-    config_name, task = _COMMANDS[command]
+    if command == "ask":
+        positional = [a for a in rest if "=" not in a and not a.startswith("-")]
+        if len(positional) != 2:
+            print('usage: hpengine ask INDEX "question" [key=value ...]', file=sys.stderr)
+            raise SystemExit(2)
+        rest = [a for a in rest if a not in positional]
+        config_name, task = "eval", _ask_task_for(*positional)
+    else:
+        config_name, task = _COMMANDS[command]
+    if config_name in ("eval", "demo"):  # documented shortcut: retriever=dense|hyperprove
+        rest = [("engine=" + a.split("=", 1)[1]) if a.startswith("retriever=") else a for a in rest]
     sys.argv = [f"hpengine {command}", *rest]
     hydra.main(version_base=None, config_path=_conf_dir(), config_name=config_name)(task)()
 

@@ -1,0 +1,44 @@
+"""Index build benchmark: wall time per stage, peak RSS, counts (fast extractor, CPU by default).
+
+    python benchmarks/bench_index.py --corpus ../shared/data/2wikimultihopqa/corpus.json --out /tmp/idx_2wiki
+    python benchmarks/bench_index.py --corpus ../shared/data/hotpotqa/corpus.json --out /tmp/idx_hotpot
+
+Each run is one process (peak RSS is per process). Prints the report as JSON and, with
+--label NAME, saves it to bench_results/index_NAME.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--extractor", default="fast", choices=["fast", "llm"])
+    ap.add_argument("--encoder-dtype", default="bfloat16")
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from hpengine.config import EncoderConfig, ExtractorConfig, IndexConfig
+    from hpengine.pipeline._index_job import format_report, run_index
+
+    cfg = IndexConfig(corpus=args.corpus, out=args.out, device=args.device,
+                      extractor=ExtractorConfig(kind=args.extractor, device=args.device),
+                      encoder=EncoderConfig(dtype=args.encoder_dtype, device=args.device))
+    _, report = run_index(cfg, progress=False)
+    report["out_bytes"] = sum(f.stat().st_size for f in Path(args.out).iterdir())
+    print(format_report(report, args.out))
+    print(json.dumps({k: v for k, v in report.items() if k not in ("corpus_report",)}, default=str))
+    if args.label:
+        path = Path("bench_results") / f"index_{args.label}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+from hpengine.models._decomposer import decomposition_prompt, parse_plan, rewrite
+from hpengine.models._reader import clean_answer, is_unknown, reading_prompt
+
+
+def test_parse_plan_valid_and_invalid():
+    text = "1. Who directed Alpha?\n2. Where was #1 born?\n\nQuestion: something else\n1. x"
+    assert parse_plan(text, 4) == ["Who directed Alpha?", "Where was #1 born?"]
+    assert parse_plan("1) A?\n2) B of #1?", 4) == ["A?", "B of #1?"]
+    assert parse_plan("no list here", 4) is None
+    assert parse_plan("1. Where was #2 born?\n2. Who?", 4) is None  # forward reference
+    assert parse_plan("1. a\n2. b\n3. c", 2) is None  # too many hops
+
+
+def test_rewrite_substitutes_answers():
+    assert rewrite("Where was #1 born and when did #2 die?", ["Ann", "Bob"]) == "Where was Ann born and when did Bob die?"
+    assert rewrite("Where was #1 born?", [""]) == "Where was #1 born?"  # unresolved stays visible
+
+
+def test_prompts_and_answers():
+    p = decomposition_prompt("Who is the father of the author of X?", 3)
+    assert p.endswith("Question: Who is the father of the author of X?") and "at most 3" in p
+    r = reading_prompt("Who?", ["Fact one.", "Fact two."], final=False)
+    assert "- Fact one." in r and r.endswith("Answer:")
+    assert clean_answer("Answer: Paris.\nmore") == "Paris"
+    assert clean_answer('"J. R. R."') == "J. R. R."
+    assert is_unknown("Unknown.") and is_unknown("") and not is_unknown("Paris")
