@@ -1,0 +1,47 @@
+"""The command line end to end on the built-in corpus (real spaCy NER and MiniLM, offline)."""
+import json
+
+import pytest
+
+from hpengine.graph._index import Index
+from hpengine.pipeline.cli import main
+
+
+def test_help_and_unknown_command(capsys):
+    main(["--help"])
+    assert "hpengine index" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_index_builtin_then_add(tmp_path, capsys):
+    out = tmp_path / "idx"
+    main(["index", f"out={out}", "encoder.dtype=float32"])
+    printed = capsys.readouterr().out
+    assert "index written to" in printed and "facts" in printed and "peak RSS" in printed
+    index = Index.load(out)
+    assert index.num_passages == 40 and index.num_facts > 40
+    assert index.meta["build_report"]["seconds"].keys() >= {"extract", "embed", "synonyms", "structure"}
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"title": "Zzyzx Station", "text": "Zzyzx Station is a train stop in Orland."}) + "\n")
+    main(["add", f"corpus={extra}", f"out={out}", "encoder.dtype=float32"])
+    grown = Index.load(out)
+    assert grown.num_passages == 41
+    assert grown.facts[: index.num_facts] == index.facts
+
+
+def test_misspelled_key_fails_at_compose(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["index", f"out={tmp_path / 'x'}", "graph.synonym_treshold=0.5"])
+    assert "Key 'synonym_treshold' not in 'GraphConfig'" in capsys.readouterr().err
+
+
+def test_bad_corpus_names_file_and_record(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"title": "A", "text": "ok"}, {"title": "B"}]))
+    with pytest.raises(SystemExit):
+        main(["index", f"corpus={bad}", f"out={tmp_path / 'x'}"])
+    err = capsys.readouterr().err
+    assert "bad.json" in err and "record 1" in err and "text" in err, err
+    assert not (tmp_path / "x").exists()
