@@ -41,6 +41,7 @@ class EncoderConfig:
     pooling: str = "mean"  # mean | cls
     normalize: bool = True
     device: str = "cpu"
+    local_files_only: bool = True  # never download at run time; False lets a hub name download
 
     def __post_init__(self):
         _check_choice("encoder.dtype", self.dtype, {"float32", "bfloat16", "float16"})
@@ -115,6 +116,7 @@ class RetrievalConfig:
     walk_steps: int = 3
     restart: float = 0.3
     frontier_weight: float = 1.0  # restart mass of the carried frontier relative to the seeds
+    seed_weighting: str = "cosine"  # restart mass of each seed: cosine (max(cos, 0)) | uniform
     theta: float = 0.0  # BFS keeps edges with T*_ij > theta
     bfs_depth: int = 2  # L
     struct_depth: int = 0  # rounds of the distance-to-frontier BFS; 0 means "same as bfs_depth"
@@ -136,6 +138,8 @@ class RetrievalConfig:
         _check_range("retrieval.frontier_weight", self.frontier_weight, 0.0)
         _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 1)
         _check_choice("retrieval.seed_backend", self.seed_backend, {"exact", "faiss_flat", "faiss_ivf"})
+        _check_choice("retrieval.seed_weighting", self.seed_weighting, {"cosine", "uniform"})
+        _check_range("retrieval.theta", self.theta, 0.0, 1.0)  # T* entries lie in [0, 1]
         if self.subgraph_size < self.num_seeds:
             raise ValueError(
                 f"retrieval.subgraph_size must be >= retrieval.num_seeds "

@@ -2,3 +2,11 @@
 from hpengine.graph._hypergraph import HyperGraph
 
 __all__ = ["HyperGraph"]
+
+from hpengine.graph._corpus import CorpusLoad, Passage, builtin_corpus_path, builtin_questions_path, load_corpus
+
+__all__ += ["CorpusLoad", "Passage", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
+
+from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, synonym_pairs
+
+__all__ += ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]

@@ -1,0 +1,170 @@
+"""Question files (``dev.json`` schema of ``../shared/data``): JSON list or JSON Lines."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Record keys read into named fields; every other key lands in ``Question.meta``.
+_KNOWN_KEYS = ("id", "question", "answer", "gold_passages", "gold_titles", "question_decomposition")
+
+
+@dataclass
+class Question:
+    """One multi-hop question with its gold answers and supporting passages.
+
+    Attributes:
+        id: question id (the record index as a string when the file has none).
+        question: the question text.
+        answers: gold answer first, then aliases (EM/F1 take the max over them).
+        gold_passages: supporting passages as ``(title, text)`` pairs, in file order.
+        gold_titles: titles of the supporting passages.
+        decomposition: gold sub-questions ``[{"question", "answer", ...}]`` (MuSiQue), else None.
+        meta: the record's other keys (e.g. 2Wiki ``type`` and ``evidences``).
+    """
+
+    id: str
+    question: str
+    answers: list[str]
+    gold_passages: list[tuple[str, str]]
+    gold_titles: list[str]
+    decomposition: list[dict] | None = None
+    meta: dict = field(default_factory=dict)
+
+
+class _RecordError(ValueError):
+    """A field problem inside one record; :func:`load_questions` adds the file and record."""
+
+
+def load_questions(path: str | os.PathLike) -> list[Question]:
+    """Read a question file: a JSON list of records, or one JSON record per line (JSONL).
+
+    Record schema (``../shared/data/README.md``): ``question`` (str, required), ``answer``
+    (non-empty list of str, required), ``id`` (str or int, optional: defaults to the record
+    index), ``gold_passages`` (list of ``{"title", "text"}``, optional, default empty),
+    ``gold_titles`` (list of str, optional: defaults to the distinct titles of
+    ``gold_passages``), ``question_decomposition`` (list of dicts with a ``question``, optional).
+
+    Args:
+        path: the file. JSON when its first non-blank character is ``[``, JSONL otherwise.
+
+    Returns:
+        The questions in file order.
+
+    Raises:
+        ValueError: naming the file, the record index (and id) and the field, or the line of
+            invalid JSON.
+
+    Example:
+        >>> import tempfile
+        >>> f = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+        >>> _ = f.write('{"id": "q1", "question": "Who?", "answer": ["Ann"]}\\n'); f.close()
+        >>> load_questions(f.name)[0].answers
+        ['Ann']
+    """
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    records = _parse_json(text, path) if text.lstrip().startswith("[") else _parse_jsonl(text, path)
+    questions = []
+    for index, record in enumerate(records):
+        try:
+            questions.append(_to_question(record, index))
+        except _RecordError as err:
+            rid = record.get("id") if isinstance(record, dict) else None
+            where = f"record {index}" + (f" (id {rid!r})" if rid is not None else "")
+            raise ValueError(f"{path}: {where}: {err}") from None
+    return questions
+
+
+def _parse_json(text: str, path: str) -> list:
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(records, list):  # pragma: no cover - text starts with "[" so it is a list
+        raise ValueError(f"{path}: expected a JSON list of question records (got {type(records).__name__})")
+    return records
+
+
+def _parse_jsonl(text: str, path: str) -> list:
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"{path}: invalid JSON Lines record at line {lineno}, column {err.colno}: {err.msg} "
+                f"(a question file is a JSON list or one JSON object per line)"
+            ) from None
+    return records
+
+
+def _to_question(record: Any, index: int) -> Question:
+    if not isinstance(record, dict):
+        raise _RecordError(f"expected a JSON object (got {type(record).__name__})")
+    rid = record.get("id", str(index))
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise _RecordError(f"field 'id' must be a str or int (got {type(rid).__name__})")
+    if "question" not in record:
+        raise _RecordError("missing field 'question'")
+    question = record["question"]
+    if not isinstance(question, str) or not question.strip():
+        raise _RecordError(f"field 'question' must be a non-empty str (got {question!r})")
+    passages = _gold_passages(record.get("gold_passages", []))
+    return Question(
+        id=str(rid),
+        question=question,
+        answers=_answers(record),
+        gold_passages=passages,
+        gold_titles=_gold_titles(record, passages),
+        decomposition=_decomposition(record.get("question_decomposition")),
+        meta={k: v for k, v in record.items() if k not in _KNOWN_KEYS},
+    )
+
+
+def _answers(record: dict) -> list[str]:
+    if "answer" not in record:
+        raise _RecordError("missing field 'answer'")
+    answers = record["answer"]
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+        raise _RecordError(f"field 'answer' must be a non-empty list of str (got {answers!r})")
+    return list(answers)
+
+
+def _gold_passages(value: Any) -> list[tuple[str, str]]:
+    if not isinstance(value, list):
+        raise _RecordError(f"field 'gold_passages' must be a list of {{'title', 'text'}} objects "
+                           f"(got {type(value).__name__})")
+    passages = []
+    for j, p in enumerate(value):
+        if not (isinstance(p, dict) and isinstance(p.get("title"), str) and isinstance(p.get("text"), str)):
+            raise _RecordError(f"field 'gold_passages'[{j}] must be an object with str 'title' and 'text' "
+                               f"(got {p!r:.120})")
+        passages.append((p["title"], p["text"]))
+    return passages
+
+
+def _gold_titles(record: dict, passages: list[tuple[str, str]]) -> list[str]:
+    if "gold_titles" not in record:
+        return list(dict.fromkeys(title for title, _ in passages))
+    titles = record["gold_titles"]
+    if not isinstance(titles, list) or not all(isinstance(t, str) for t in titles):
+        raise _RecordError(f"field 'gold_titles' must be a list of str (got {titles!r:.120})")
+    return list(titles)
+
+
+def _decomposition(value: Any) -> list[dict] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(s, dict) and isinstance(s.get("question"), str)
+                                              for s in value):
+        raise _RecordError(f"field 'question_decomposition' must be a list of objects with a str 'question' "
+                           f"(got {value!r:.120})")
+    return [dict(step) for step in value]
+
+
+__all__ = ["Question", "load_questions"]

@@ -1,0 +1,280 @@
+"""Synonym-aware entities (SPEC §1.3): names whose embeddings have cosine >= eta are synonyms.
+
+The nearest-neighbour search is tiled (``[block, block]`` similarity tiles merged with
+``torch.topk``) or delegated to FAISS, so memory stays O(block² + Nq·k), never O(V²).
+Embeddings are assumed L2-normalised (as :class:`hpengine.models.Encoder` returns them), so the
+inner product is the cosine.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hpengine.sparse import coalesce_pairs
+from hpengine.typing import WITH_FAISS, WITH_FAISS_GPU
+
+_BACKENDS = ("faiss", "torch")
+
+
+def _check_embeddings(queries: Tensor, keys: Tensor) -> None:
+    for arg, x in (("queries", queries), ("keys", keys)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{arg} must be a torch.Tensor (got {type(x).__name__})")
+        if x.ndim != 2:
+            raise ValueError(f"{arg} must be 2-D [N, D] (got shape {tuple(x.shape)})")
+        if not x.is_floating_point():
+            raise TypeError(f"{arg} must be a floating tensor (got {x.dtype})")
+    if queries.shape[1] != keys.shape[1]:
+        raise ValueError(f"queries and keys must have the same dim D (got {queries.shape[1]} and {keys.shape[1]})")
+    if queries.device != keys.device:
+        raise ValueError(f"queries and keys must be on one device (got {queries.device} and {keys.device})")
+
+
+def _check_options(threshold, max_per_entity, block_size, query_offset, backend) -> None:
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {list(_BACKENDS)} (got {backend!r})")
+    if not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [-1, 1] (got {threshold!r})")
+    if not isinstance(max_per_entity, int) or max_per_entity < 0:
+        raise ValueError(f"max_per_entity must be an int >= 0, 0 meaning no cap (got {max_per_entity!r})")
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an int >= 1 (got {block_size!r})")
+    if not isinstance(query_offset, int) or query_offset < 0:
+        raise ValueError(f"query_offset must be an int >= 0 (got {query_offset!r})")
+
+
+def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_per_entity: int = 16,
+                  block_size: int = 2048, query_offset: int = 0, exclude_self: bool = True,
+                  backend: str = "torch") -> Tensor:
+    """Directed synonym pairs: for each query, its nearest keys with cosine >= ``threshold``.
+
+    Query ``i`` is entity ``query_offset + i`` of the key table, so new entities can be matched
+    against all entities (``queries = keys[query_offset:]``) without re-searching old ones.
+
+    Args:
+        queries: ``[Nq, D]`` L2-normalised embeddings (not checked: the inner product is taken
+            as the cosine).
+        keys: ``[Nk, D]`` L2-normalised embeddings, same device as ``queries``.
+        threshold: eta; pairs with cosine ``>=`` it are kept. Default 0.8 (SPEC §1.3).
+        max_per_entity: keep at most this many keys per query (the most similar ones; which of
+            several tied keys at the cap is kept is unspecified). 0 means no cap. Default 16.
+        block_size: rows of queries, and of keys, per similarity tile (torch backend: memory is
+            about ``block_size² + 2·block_size·max_per_entity`` floats), queries per search call
+            (faiss). Default 2048.
+        query_offset: key id of the first query. Default 0.
+        exclude_self: drop the pair ``(query_offset + i, query_offset + i)``. Default True.
+        backend: ``"torch"`` (tiled matmul + ``torch.topk`` on the input device) or ``"faiss"``
+            (exact ``IndexFlatIP``; GPU FAISS for CUDA inputs when installed). Default torch.
+
+    Returns:
+        int64 ``[2, n]`` pairs ``(query_offset + i, j)`` on the input device, sorted by query then
+        by decreasing similarity. Not symmetric (see :func:`symmetrize_pairs`).
+
+    Shapes:
+        queries ``[Nq, D]``, keys ``[Nk, D]`` -> ``[2, n]`` with ``n <= Nq · max_per_entity``.
+
+    Example:
+        >>> emb = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]), dim=1)
+        >>> synonym_pairs(emb, emb, threshold=0.8)
+        tensor([[0, 1],
+                [1, 0]])
+    """
+    _check_embeddings(queries, keys)
+    _check_options(threshold, max_per_entity, block_size, query_offset, backend)
+    if queries.shape[0] == 0 or keys.shape[0] == 0:
+        return torch.zeros(2, 0, dtype=torch.long, device=queries.device)
+    if backend == "faiss":
+        return _faiss_pairs(queries, keys, threshold, max_per_entity, block_size, query_offset, exclude_self)
+    search = _block_pairs_topk if max_per_entity > 0 else _block_pairs_all
+    parts = []
+    for start in range(0, queries.shape[0], block_size):
+        block = queries[start:start + block_size].float()
+        parts.append(search(block, keys, query_offset + start, threshold, max_per_entity, block_size, exclude_self))
+    return torch.cat(parts, dim=1)
+
+
+def _similarity_tile(block: Tensor, keys: Tensor, block_id: Tensor, key_start: int, key_block: int,
+                     exclude_self: bool) -> Tensor:
+    """float32 ``[b, kb]`` cosines of a query block against ``keys[key_start:key_start+key_block]``."""
+    tile = block @ keys[key_start:key_start + key_block].float().T
+    if exclude_self:
+        key_id = torch.arange(key_start, key_start + tile.shape[1], device=tile.device)
+        tile.masked_fill_(block_id[:, None] == key_id[None, :], float("-inf"))
+    return tile
+
+
+def _block_pairs_topk(block: Tensor, keys: Tensor, first_id: int, threshold: float, k: int,
+                      key_block: int, exclude_self: bool) -> Tensor:
+    """Top-``k`` keys per query of one block, merged over key tiles (running top-k)."""
+    block_id = torch.arange(first_id, first_id + block.shape[0], device=block.device)
+    best_sim = block.new_full((block.shape[0], 0), float("-inf"))
+    best_key = torch.zeros(block.shape[0], 0, dtype=torch.long, device=block.device)
+    for key_start in range(0, keys.shape[0], key_block):
+        tile = _similarity_tile(block, keys, block_id, key_start, key_block, exclude_self)
+        sim, key = tile.topk(min(k, tile.shape[1]), dim=1)
+        best_sim = torch.cat([best_sim, sim], dim=1)
+        best_key = torch.cat([best_key, key + key_start], dim=1)
+        if best_sim.shape[1] > k:
+            best_sim, pos = best_sim.topk(k, dim=1)
+            best_key = best_key.gather(1, pos)
+    # topk returns each row sorted by decreasing similarity, so row-major nonzero keeps that order;
+    # the output size is data-dependent (offline index build, not a hot path)
+    row, col = (best_sim >= threshold).nonzero(as_tuple=True)
+    return torch.stack([block_id[row], best_key[row, col]])
+
+
+def _block_pairs_all(block: Tensor, keys: Tensor, first_id: int, threshold: float, k: int,
+                     key_block: int, exclude_self: bool) -> Tensor:
+    """Every key with cosine >= threshold (no cap), tile by tile, sorted by query then similarity."""
+    block_id = torch.arange(first_id, first_id + block.shape[0], device=block.device)
+    rows, cols, sims = [], [], []
+    for key_start in range(0, keys.shape[0], key_block):
+        tile = _similarity_tile(block, keys, block_id, key_start, key_block, exclude_self)
+        row, col = (tile >= threshold).nonzero(as_tuple=True)  # data-dependent size: offline build
+        rows.append(row)
+        cols.append(col + key_start)
+        sims.append(tile[row, col])
+    row, col, sim = torch.cat(rows), torch.cat(cols), torch.cat(sims)
+    order = torch.argsort(sim, descending=True, stable=True)
+    order = order[torch.argsort(row[order], stable=True)]
+    return torch.stack([block_id[row[order]], col[order]])
+
+
+def _faiss_index(keys_np, device: torch.device):
+    import faiss
+
+    index = faiss.IndexFlatIP(keys_np.shape[1])
+    if device.type == "cuda" and WITH_FAISS_GPU:  # exact search either way; GPU only for speed
+        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device.index or 0, index)
+    index.add(keys_np)
+    return index
+
+
+def _faiss_pairs(queries: Tensor, keys: Tensor, threshold: float, k: int, block_size: int,
+                 query_offset: int, exclude_self: bool) -> Tensor:
+    """Same contract as the torch backend, with a FAISS exact inner-product index."""
+    if not WITH_FAISS:
+        raise ImportError("backend='faiss' needs FAISS: pip install 'hpengine[gpu]' or faiss-cpu (got no faiss)")
+    import numpy as np
+
+    device = queries.device
+    index = _faiss_index(keys.detach().float().cpu().contiguous().numpy(), device)
+    queries_np = queries.detach().float().cpu().contiguous().numpy()
+    parts = []
+    for start in range(0, queries_np.shape[0], block_size):
+        block = queries_np[start:start + block_size]
+        first_id = query_offset + start
+        if k > 0:
+            pairs = _faiss_block_topk(index, block, first_id, threshold, k, exclude_self)
+        else:
+            pairs = _faiss_block_range(index, block, first_id, threshold, exclude_self, np)
+        parts.append(pairs)
+    return torch.cat(parts, dim=1).to(device)
+
+
+def _faiss_block_topk(index, block, first_id: int, threshold: float, k: int, exclude_self: bool) -> Tensor:
+    # one extra neighbour, because the query itself (a key too) usually comes back first
+    kk = min(k + int(exclude_self), index.ntotal)
+    sim, key = (torch.from_numpy(a) for a in index.search(block, kk))
+    block_id = torch.arange(first_id, first_id + block.shape[0])
+    is_dropped = key < 0  # faiss pads with -1 when fewer than kk keys exist
+    if exclude_self:
+        is_dropped |= key == block_id[:, None]
+    sim = sim.masked_fill(is_dropped, float("-inf"))
+    sim, pos = sim.topk(min(k, kk), dim=1)
+    key = key.gather(1, pos)
+    row, col = (sim >= threshold).nonzero(as_tuple=True)
+    return torch.stack([block_id[row], key[row, col]])
+
+
+def _faiss_block_range(index, block, first_id: int, threshold: float, exclude_self: bool, np) -> Tensor:
+    # faiss keeps inner products strictly above the radius: step one float32 ulp down to get ">="
+    radius = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
+    lims, sim, key = index.range_search(block, radius)
+    lims, sim, key = torch.from_numpy(lims).long(), torch.from_numpy(sim), torch.from_numpy(key).long()
+    row = torch.repeat_interleave(torch.arange(block.shape[0]), lims[1:] - lims[:-1])
+    keep = sim >= threshold
+    if exclude_self:
+        keep &= key != row + first_id
+    row, key, sim = row[keep], key[keep], sim[keep]
+    order = torch.argsort(sim, descending=True, stable=True)
+    order = order[torch.argsort(row[order], stable=True)]
+    return torch.stack([row[order] + first_id, key[order]])
+
+
+def symmetrize_pairs(pairs: Tensor) -> Tensor:
+    """Both directions of every pair, without duplicates, sorted by first then second id.
+
+    Args:
+        pairs: int64 ``[2, n]``.
+
+    Returns:
+        int64 ``[2, n']`` with ``(b, a)`` present for every ``(a, b)``, lexicographically sorted.
+
+    Shapes:
+        ``[2, n]`` -> ``[2, n']``, ``n' <= 2n``.
+
+    Example:
+        >>> symmetrize_pairs(torch.tensor([[0, 2, 1], [1, 0, 0]]))
+        tensor([[0, 0, 1, 2],
+                [1, 2, 0, 0]])
+    """
+    _check_pairs("pairs", pairs)
+    if pairs.shape[1] == 0:
+        return pairs.clone()
+    return torch.unique(torch.cat([pairs, pairs.flip(0)], dim=1), dim=1)
+
+
+def _check_pairs(arg: str, pairs: Tensor) -> None:
+    if not isinstance(pairs, Tensor):
+        raise TypeError(f"{arg} must be a torch.Tensor (got {type(pairs).__name__})")
+    if pairs.ndim != 2 or pairs.shape[0] != 2:
+        raise ValueError(f"{arg} must have shape [2, n] (got {tuple(pairs.shape)})")
+    if pairs.dtype != torch.long:
+        raise TypeError(f"{arg} must be int64 (got {pairs.dtype})")
+
+
+def expand_with_synonyms(fact_entity: Tensor, synonym_pairs: Tensor, num_facts: int, num_entities: int) -> Tensor:
+    """``A_i⁺ = A_i ∪ Syn(A_i)``: add every synonym of a fact's entities to the fact (SPEC §1.3).
+
+    ``Syn(a) = {b : (a, b) in synonym_pairs}``; one step, not a transitive closure. Pairs are
+    used as given: symmetrize them first (:func:`symmetrize_pairs`) for a symmetric relation.
+    Vectorised as a sort-join on the entity column (CSR expansion), no loop over facts.
+
+    Args:
+        fact_entity: int64 ``[2, nnz]`` (fact, entity) pairs.
+        synonym_pairs: int64 ``[2, n]`` (entity, synonym) pairs, same device.
+        num_facts: H.
+        num_entities: V.
+
+    Returns:
+        int64 ``[2, nnz']`` (fact, entity) pairs, coalesced, sorted by fact then entity.
+
+    Shapes:
+        ``[2, nnz]``, ``[2, n]`` -> ``[2, nnz']``, ``nnz' <= nnz · (1 + max out-degree)``.
+
+    Example:
+        >>> expand_with_synonyms(torch.tensor([[0, 1], [0, 2]]), torch.tensor([[0], [2]]), 2, 3)
+        tensor([[0, 0, 1],
+                [0, 2, 2]])
+    """
+    _check_pairs("fact_entity", fact_entity)
+    _check_pairs("synonym_pairs", synonym_pairs)
+    if fact_entity.device != synonym_pairs.device:
+        raise ValueError(f"fact_entity and synonym_pairs must be on one device "
+                         f"(got {fact_entity.device} and {synonym_pairs.device})")
+    src, dst = synonym_pairs[0], synonym_pairs[1]
+    order = torch.argsort(src, stable=True)
+    dst_sorted = dst[order]
+    counts = torch.bincount(src, minlength=num_entities)  # [V] synonyms per entity
+    ptr = torch.cumsum(counts, 0) - counts  # [V] first slot of each entity in dst_sorted
+    degree = counts[fact_entity[1]]  # [nnz] synonyms of each incidence's entity
+    fact = torch.repeat_interleave(fact_entity[0], degree)  # output size is data-dependent (offline)
+    first = torch.repeat_interleave(ptr[fact_entity[1]], degree)
+    group_start = torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree)
+    slot = first + torch.arange(fact.numel(), device=fact.device) - group_start
+    added = torch.stack([fact, dst_sorted[slot]])
+    return coalesce_pairs(torch.cat([fact_entity, added], dim=1), num_facts, num_entities)
+
+
+__all__ = ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]

@@ -1,0 +1,134 @@
+import copy
+
+import pytest
+import torch
+
+from hpengine.config import EncoderConfig
+from hpengine.models import Encoder, resolve_model_path
+from hpengine.models._encoder import mean_pool
+from hpengine.testing import with_devices
+
+TEXTS = [
+    "Paris is the capital of France.",
+    "A banana",
+    "The Eiffel Tower was completed in 1889 for the World's Fair held in Paris.",
+    "x",
+    "",
+    "Who directed the film that won the Palme d'Or in 1994?",
+    "Marie Curie",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_parts():
+    """A random 2-layer BERT on the MiniLM vocabulary; built once, every test gets a deepcopy."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("minilm"), local_files_only=True)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    return BertModel(config).eval(), tokenizer
+
+
+@pytest.fixture
+def tiny(tiny_parts):
+    model, tokenizer = tiny_parts
+    return copy.deepcopy(model), tokenizer
+
+
+def _reference(model, tokenizer, texts, pooling="mean", normalize=True):
+    """Each text alone (no padding), pooled by hand."""
+    rows = []
+    with torch.no_grad():
+        for text in texts:
+            batch = tokenizer([text], return_tensors="pt", truncation=True, max_length=64)
+            hidden = model(**batch).last_hidden_state[0].double()  # [T, D]
+            mask = batch["attention_mask"][0].double()[:, None]
+            emb = (hidden * mask).sum(0) / mask.sum() if pooling == "mean" else hidden[0]
+            rows.append(emb / emb.norm() if normalize else emb)
+    return torch.stack(rows).float()
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_matches_per_text_reference(tiny, pooling, normalize):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="tiny", batch_size=3, max_length=64, pooling=pooling,
+                             normalize=normalize)
+    out = enc.encode(TEXTS)
+    assert out.dtype == torch.float32 and out.shape == (len(TEXTS), 32)
+    torch.testing.assert_close(out, _reference(model, tokenizer, TEXTS, pooling, normalize), atol=1e-5, rtol=1e-5)
+
+
+def test_order_restored_and_batch_size_invariant(tiny):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="tiny", max_length=64)
+    full = enc.encode(TEXTS, batch_size=64)
+    for batch_size in (1, 3):
+        torch.testing.assert_close(enc.encode(TEXTS, batch_size=batch_size), full, atol=1e-5, rtol=1e-5)
+    perm = [3, 0, 6, 2, 5, 1, 4]
+    torch.testing.assert_close(enc.encode([TEXTS[i] for i in perm], batch_size=2), full[perm], atol=1e-5,
+                               rtol=1e-5)
+
+
+def test_normalised_and_empty(tiny):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="tiny")
+    norms = enc.encode(TEXTS).norm(dim=-1)
+    torch.testing.assert_close(norms, torch.ones_like(norms))
+    empty = enc.encode([])
+    assert empty.shape == (0, 32) and empty.dtype == torch.float32
+    assert enc.dim == 32
+    assert enc.name == "tiny|pooling=mean|normalize=True"
+
+
+def test_mean_pool_ignores_padding():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [1e6, 1e6]]], dtype=torch.bfloat16)
+    out = mean_pool(hidden, torch.tensor([[1, 1, 0]]))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.tensor([[2.0, 3.0]]))
+
+
+@with_devices
+def test_output_follows_model_device(tiny, device):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model.to(device), tokenizer, name="tiny")
+    assert enc.encode(["a b", "c"]).device == torch.device(device)
+    assert enc.encode([]).device == torch.device(device)
+
+
+def test_bad_input(tiny):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="tiny")
+    with pytest.raises(TypeError, match=r"list of str \(got str\)"):
+        enc.encode("Paris")
+    with pytest.raises(TypeError, match=r"texts\[1\] must be a str \(got int\)"):
+        enc.encode(["a", 3])
+    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 \(got 0\)"):
+        enc.encode(["a"], batch_size=0)
+    with pytest.raises(ValueError, match=r"pooling must be one of \['cls', 'mean'\] \(got 'max'\)"):
+        Encoder.from_model(model, tokenizer, name="tiny", pooling="max")
+    with pytest.raises(TypeError, match="EncoderConfig"):
+        Encoder({"name_or_path": "minilm"})
+
+
+def test_resolve_model_path(tmp_path):
+    path = resolve_model_path("minilm")
+    assert path.endswith("model")
+    assert resolve_model_path(str(tmp_path)) == str(tmp_path)
+
+
+@pytest.mark.slow
+def test_real_minilm_semantics_and_sentence_transformers_parity():
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    enc = Encoder(EncoderConfig(dtype="float32"))
+    assert enc.dim == 384
+    paris, paris_fr, banana = enc.encode(["Paris", "Paris, France", "banana"])
+    assert paris @ paris_fr > paris @ banana
+    ref_model = sentence_transformers.SentenceTransformer(resolve_model_path("minilm"), device="cpu")
+    ref = torch.as_tensor(ref_model.encode(TEXTS, normalize_embeddings=True))
+    cos = (enc.encode(TEXTS) * ref).sum(-1)
+    assert cos.min() > 0.999, cos
+    bf16 = Encoder(EncoderConfig(dtype="bfloat16")).encode(TEXTS)
+    assert (bf16 * ref).sum(-1).min() > 0.99
