@@ -106,9 +106,18 @@ class Engine:
         pcounts = torch.bincount(graph.fact_passage, minlength=index.num_passages)
         self._passage_crow = torch.cat([pcounts.new_zeros(1), torch.cumsum(pcounts, 0)])
         self._passage_facts = order
-        self._dense_index = None
+        self._fact_index = None  # built on first use, once per engine (FAISS training is not per hop)
 
     # -------------------------------------------------------------- helpers
+    def _facts_index(self):
+        if self._fact_index is None:
+            from hpengine.retrieval import DenseIndex
+
+            r = self.retrieval
+            self._fact_index = DenseIndex(self.index.fact_emb, backend=r.seed_backend, nlist=r.faiss_nlist,
+                                          nprobe=r.faiss_nprobe)
+        return self._fact_index
+
     def _encode(self, texts: list) -> Tensor:
         with self.timer.stage("encode"):
             return self.encoder.encode(texts).to(self.index.device, self.index.fact_emb.dtype)
@@ -211,7 +220,8 @@ class Engine:
             active = torch.tensor(active_list, device=idx.device)
             query_emb = self._encode(texts)
             with self.timer.stage("retrieve"):
-                hop = hyperprove_hop(graph, idx.fact_emb, query_emb, frontier, active=active, cfg=self.retrieval)
+                hop = hyperprove_hop(graph, idx.fact_emb, query_emb, frontier, active=active,
+                                     index=self._facts_index(), cfg=self.retrieval)
             frontier = hop.frontier
             facts = self._chain_facts(hop.fact_ids, hop.scores, hop.distance)
             if self.reader is None:
