@@ -44,6 +44,7 @@ class Prediction:
     answer: str
     chain: list
     passages: list  # ranked passage ids
+    diagnostics: list = field(default_factory=list)  # per hop: {"seeds", "subgraph", "selected"} passage ids
 
     def to_dict(self, index) -> dict:
         return {
@@ -63,7 +64,7 @@ class EngineConfig:
     passage_width: int = 10  # ranked passages returned per question
     bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
     reader_passages: int = 5  # dense retriever: passages given to the reader
-    final_with_passages: bool = False  # final reader also sees the chain's source passages
+    diagnostics: bool = False  # record per-hop passage sets of seeds, subgraph and selected facts
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
@@ -204,6 +205,7 @@ class Engine:
         answers = [[] for _ in range(q)]
         chains = [[] for _ in range(q)]
         used = [set() for _ in range(q)]
+        diagnostics = [[] for _ in range(q)]
         graph = idx.graph
         for t in range(num_hops):
             active_list = [len(p) > t for p in plans]
@@ -223,6 +225,8 @@ class Engine:
                 hop = hyperprove_hop(graph, idx.fact_emb, query_emb, frontier, active=active,
                                      index=self._facts_index(), cfg=self.retrieval)
             frontier = hop.frontier
+            if cfg.diagnostics:
+                self._record_diagnostics(diagnostics, hop, active_list)
             facts = self._chain_facts(hop.fact_ids, hop.scores, hop.distance)
             if self.reader is None:
                 hop_answers = self._bridges(questions, hop.fact_ids, hop.scores, used)
@@ -243,8 +247,20 @@ class Engine:
                 final = self.reader.read(questions, self._frontier_texts(frontier), final=True)
         dense = self._dense_passages(self._encode(questions), cfg.passage_width)
         ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width)
-        return [Prediction(questions[i], final[i], chains[i], [p for p in ranked[i].tolist() if p >= 0])
-                for i in range(q)]
+        return [Prediction(questions[i], final[i], chains[i], [p for p in ranked[i].tolist() if p >= 0],
+                           diagnostics[i]) for i in range(q)]
+
+    def _record_diagnostics(self, out: list, hop, active: list) -> None:
+        """Passage ids reached by each stage of the hop (host copies: diagnostics mode only)."""
+        fp = self.index.fact_passage
+
+        def passages(ids):
+            return torch.where(ids >= 0, fp[ids.clamp_min(0)], torch.full_like(ids, -1)).tolist()
+
+        stages = {"seeds": passages(hop.seeds), "subgraph": passages(hop.subgraph), "selected": passages(hop.fact_ids)}
+        for i, is_active in enumerate(active):
+            if is_active:
+                out[i].append({k: sorted({p for p in v[i] if p >= 0}) for k, v in stages.items()})
 
     def _frontier_texts(self, frontier: Tensor) -> list:
         return [[self.index.facts[f] for f in row if f >= 0] for row in frontier.tolist()]

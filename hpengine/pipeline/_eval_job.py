@@ -80,11 +80,13 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         rec = {"id": q.id, "gold": q.answers, **p.to_dict(idx), "em": exact_match(p.answer, q.answers),
                "f1": f1_score(p.answer, q.answers)}
         for k in eval_cfg.recall_ks:
-            rec[f"recall@{k}"] = recall_at_k(retrieved, q.gold_passages, k)
+            # the corpus loader strips whitespace; compare gold passages the same way
+            rec[f"recall@{k}"] = recall_at_k(retrieved, [(t.strip(), x.strip()) for t, x in q.gold_passages], k)
         for key in totals:
             totals[key] += rec[key]
         records.append(rec)
     n = max(len(questions), 1)
+    diag = hop_diagnostics(questions, preds, idx) if any(p.diagnostics for p in preds) else None
     tokens_in = sum(c.stats.get("tokens_in", 0) for c in (engine.decomposer, engine.reader) if c is not None)
     tokens_out = sum(c.stats.get("tokens_out", 0) for c in (engine.decomposer, engine.reader) if c is not None)
     fallback = engine.decomposer.stats["fallback"] if engine.decomposer is not None else 0
@@ -99,15 +101,43 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         "llm_tokens_in": tokens_in, "llm_tokens_out": tokens_out,
         "decomposition_fallbacks": fallback,
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        **({"hop_diagnostics": diag} if diag else {}),
         "records": records,
     }
+
+
+def hop_diagnostics(questions: list, preds: list, index) -> list:
+    """Mean recall of gold passages per hop and stage: dense seeds, random-walk subgraph, selected
+    facts (this hop), and the chain so far (all hops up to this one). A question without a given
+    hop (masked) counts with its last chain."""
+    pid = {(p.title, p.text): i for i, p in enumerate(index.passages)}
+    num_hops = max(len(p.diagnostics) for p in preds)
+    sums = [{"seeds": 0.0, "subgraph": 0.0, "selected": 0.0, "chain": 0.0} for _ in range(num_hops)]
+    counted = 0
+    for q, p in zip(questions, preds):
+        gold = {pid[g] for g in ((t.strip(), x.strip()) for t, x in q.gold_passages) if g in pid}
+        if not gold or not p.diagnostics:
+            continue
+        counted += 1
+        chain = set()
+        for t in range(num_hops):
+            d = p.diagnostics[min(t, len(p.diagnostics) - 1)]
+            if t < len(p.diagnostics):
+                chain |= set(d["selected"])
+            for stage in ("seeds", "subgraph", "selected"):
+                sums[t][stage] += len(gold & set(d[stage])) / len(gold)
+            sums[t]["chain"] += len(gold & chain) / len(gold)
+    return [{k: round(v / max(counted, 1), 4) for k, v in hop.items()} for hop in sums]
 
 
 def summary_table(result: dict) -> str:
     keys = ["num_questions", "retriever", "llm"] + [k for k in result if k.startswith("recall@")] + \
         ["em", "f1", "questions_per_second", "wall_seconds", "llm_tokens_in", "llm_tokens_out"]
     width = max(len(k) for k in keys)
-    return "\n".join(f"{k:<{width}}  {result[k]}" for k in keys if k in result)
+    lines = [f"{k:<{width}}  {result[k]}" for k in keys if k in result]
+    for t, hop in enumerate(result.get("hop_diagnostics", []), 1):
+        lines.append(f"hop {t} gold-passage recall: " + ", ".join(f"{k} {v:.3f}" for k, v in hop.items()))
+    return "\n".join(lines)
 
 
 def run_eval(cfg: EvalJobConfig, progress: bool = True) -> dict:
