@@ -69,6 +69,7 @@ class ExtractorConfig:
     llm_max_input_tokens: int = 768
     cache_dir: str = ""  # empty: <out>/.extract_cache
     on_reject: str = "fast"  # fast: fall back to the fast extractor for that passage | skip
+    llm_make_standalone: bool = True  # post-fix LLM facts with the fast extractor's pronoun/title rule
     device: str = "cpu"
 
     def __post_init__(self):

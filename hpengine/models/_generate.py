@@ -1,0 +1,163 @@
+"""Batched greedy generation with Hugging Face causal LMs (extractor, decomposer, reader).
+
+Prompts are sorted by token length so that each batch pads little, generated left-padded and
+greedy (``do_sample=False``) under ``torch.inference_mode``, and returned in input order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+__all__ = ["GenerateResult", "batched_generate", "format_prompt"]
+
+
+@dataclass
+class GenerateResult:
+    """Output of :func:`batched_generate`.
+
+    Attributes:
+        texts: decoded completions, one per prompt, in input order (special tokens removed,
+            surrounding whitespace stripped).
+        tokens_in: prompt tokens over all prompts (after templating and truncation, no padding).
+        tokens_out: generated tokens over all prompts, up to and excluding the first eos/pad.
+    """
+
+    texts: list[str]
+    tokens_in: int
+    tokens_out: int
+
+
+def format_prompt(tokenizer, prompt: str, system: Optional[str] = None,
+                  use_chat_template: bool = True) -> tuple[str, bool]:
+    """Wrap one prompt in the tokenizer's chat template when it has one.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        prompt: the user message.
+        system: optional system message (without a chat template it is prepended, followed by a
+            blank line).
+        use_chat_template: use ``tokenizer.apply_chat_template`` when the tokenizer has a
+            template (default True).
+
+    Returns:
+        ``(text, add_special_tokens)``: the text to tokenize, and whether the tokenizer should add
+        its special tokens (False for templated text, which already contains them).
+    """
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text, False
+    return (f"{system}\n\n{prompt}" if system else prompt), True
+
+
+def _stop_ids(model, tokenizer, pad_id: int) -> set[int]:
+    """Token ids that end a completion: tokenizer eos, the model's generation eos ids, pad."""
+    ids = {pad_id}
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source is not None:
+            ids.update(int(i) for i in source)
+    return ids
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists.
+
+    Returns:
+        ``input_ids`` and ``attention_mask``.
+
+    Shapes:
+        both ``[B, T]`` int64, ``T = max(len(row))``.
+    """
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            input_ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            attention_mask[i, width - len(row):] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def _cut(row: list[int], stop_ids: set[int]) -> list[int]:
+    """Generated ids up to (excluding) the first stop id."""
+    for i, token in enumerate(row):
+        if token in stop_ids:
+            return row[:i]
+    return row
+
+
+def _check_args(prompts, max_new_tokens: int, batch_size: int) -> None:
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise TypeError(f"prompts must be a list of str (got {type(prompts).__name__})")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+
+
+def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int,
+                     batch_size: int, system: Optional[str] = None, use_chat_template: bool = True,
+                     max_input_tokens: Optional[int] = None, progress: bool = False) -> GenerateResult:
+    """Greedy generation for many prompts, batched by length.
+
+    Prompts are templated (:func:`format_prompt`), tokenized, sorted by length (longest first, so
+    an out-of-memory error shows up in the first batch), left-padded per batch and generated with
+    ``do_sample=False``; completions are returned in input order. The pad id falls back to the
+    eos id when the tokenizer has no pad token. The caller's tokenizer and model are not modified.
+
+    Args:
+        model: a Hugging Face causal LM (inputs are moved to ``model.device``).
+        tokenizer: its tokenizer.
+        prompts: user prompts.
+        max_new_tokens: generation budget per prompt.
+        batch_size: prompts per ``generate`` call.
+        system: optional system message (default None).
+        use_chat_template: use the tokenizer's chat template when it has one (default True).
+        max_input_tokens: keep only the last ``max_input_tokens`` prompt tokens (the end holds
+            the generation prompt); ``None`` (default) keeps everything.
+        progress: show a tqdm progress bar over batches (default False).
+
+    Returns:
+        :class:`GenerateResult` with texts in input order and token counts.
+    """
+    _check_args(prompts, max_new_tokens, batch_size)
+    if not prompts:
+        return GenerateResult(texts=[], tokens_in=0, tokens_out=0)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError("the tokenizer needs a pad or an eos token for batched generation "
+                         f"(got pad_token_id=None and eos_token_id=None for {type(tokenizer).__name__})")
+    stop_ids = _stop_ids(model, tokenizer, pad_id)
+    encoded = []
+    for prompt in prompts:
+        text, add_special = format_prompt(tokenizer, prompt, system, use_chat_template)
+        ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
+        encoded.append(ids[-max_input_tokens:] if max_input_tokens else ids)
+    order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+    texts: list[str] = [""] * len(prompts)
+    tokens_out = 0
+    batches = range(0, len(order), batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="generate", unit="batch")
+    with torch.inference_mode():
+        for start in batches:
+            idx = order[start:start + batch_size]
+            input_ids, attention_mask = _left_pad([encoded[i] for i in idx], pad_id, model.device)
+            output = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                    max_new_tokens=max_new_tokens, do_sample=False,
+                                    temperature=None, top_p=None, top_k=None,
+                                    pad_token_id=pad_id, eos_token_id=sorted(stop_ids - {pad_id})
+                                    or pad_id)
+            # .tolist() is fine here: generation already synchronised, and decoding is host-side.
+            for i, row in zip(idx, output[:, input_ids.shape[1]:].tolist()):
+                kept = _cut(row, stop_ids)
+                tokens_out += len(kept)
+                texts[i] = tokenizer.decode(kept, skip_special_tokens=True).strip()
+    return GenerateResult(texts=texts, tokens_in=sum(len(e) for e in encoded), tokens_out=tokens_out)

@@ -1,0 +1,140 @@
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hpengine.models import GenerateResult, batched_generate
+from hpengine.models._generate import format_prompt
+
+PROMPTS = ["hello there", "The quick brown fox jumps over the lazy dog", "a", "lazy dogs sleep all day long",
+           "x y z", "over the hills and far away"]
+
+
+def build_tiny_tokenizer(pad: bool = True):
+    """Byte-level BPE trained in-test (offline), wrapped as a fast HF tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<pad>", "<eos>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(PROMPTS * 3, trainer)
+    kwargs = {"pad_token": "<pad>"} if pad else {}
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", **kwargs)
+
+
+def build_tiny_lm(vocab_size: int):
+    """Randomly initialised 2-layer Qwen2 (hidden 32); large init so greedy argmax has no near-ties."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=1, initializer_range=0.5)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def _tiny():
+    tokenizer = build_tiny_tokenizer()
+    return build_tiny_lm(len(tokenizer)), tokenizer
+
+
+@pytest.fixture
+def tiny(_tiny):
+    model, tokenizer = _tiny
+    return copy.deepcopy(model), copy.deepcopy(tokenizer)
+
+
+def test_batch_size_invariance_and_order(tiny):
+    model, tokenizer = tiny
+    # reference: each prompt generated alone (batch size 1), independent of the order bookkeeping
+    singles = [batched_generate(model, tokenizer, [p], max_new_tokens=6, batch_size=1).texts[0] for p in PROMPTS]
+    for batch_size in (3, 4):
+        result = batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=batch_size)
+        assert isinstance(result, GenerateResult)
+        assert result.texts == singles, batch_size
+    assert len(set(singles)) > 1  # outputs depend on the prompt, so order is really checked
+
+
+def test_token_counts_with_real_model(tiny):
+    model, tokenizer = tiny
+    result = batched_generate(model, tokenizer, PROMPTS, max_new_tokens=5, batch_size=6)
+    assert result.tokens_in == sum(len(tokenizer(p)["input_ids"]) for p in PROMPTS)
+    assert 0 <= result.tokens_out <= 5 * len(PROMPTS)
+
+
+class FakeLM:
+    """Records the generate() inputs; appends a fixed continuation with an eos in the middle."""
+
+    def __init__(self, continuation, eos_ids=None):
+        self.device = torch.device("cpu")
+        self.generation_config = SimpleNamespace(eos_token_id=eos_ids)
+        self.continuation = continuation
+        self.calls = []
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        self.calls.append((input_ids.clone(), attention_mask.clone(), kwargs))
+        tail = torch.tensor(self.continuation).expand(input_ids.shape[0], -1)
+        return torch.cat([input_ids, tail], dim=1)
+
+
+def test_left_padding_eos_cut_and_counts():
+    tokenizer = build_tiny_tokenizer()
+    a, b = tokenizer.convert_tokens_to_ids(["a", "b"])
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    model = FakeLM([a, b, eos, a, a], eos_ids=[77])  # 77: an extra stop id from generation_config
+    result = batched_generate(model, tokenizer, ["a", "hello there", "x"], max_new_tokens=5, batch_size=2)
+    assert result.texts == ["ab", "ab", "ab"]
+    assert result.tokens_out == 6  # two tokens per prompt, eos and what follows excluded
+    assert result.tokens_in == sum(len(tokenizer(p)["input_ids"]) for p in ["a", "hello there", "x"])
+    (ids0, mask0, kw0), (ids1, _, _) = model.calls
+    assert ids0.shape[0] == 2 and ids1.shape[0] == 1  # longest prompts first
+    assert mask0[:, -1].all() and not mask0[:, 0].all()  # left padding
+    assert (ids0[mask0 == 0] == pad).all()
+    assert kw0["do_sample"] is False and kw0["pad_token_id"] == pad
+    assert set(kw0["eos_token_id"]) == {eos, 77}
+    model = FakeLM([a, pad, b])
+    assert batched_generate(model, tokenizer, ["x"], max_new_tokens=3, batch_size=1).tokens_out == 1
+
+
+def test_pad_falls_back_to_eos_and_tokenizer_untouched():
+    tokenizer = build_tiny_tokenizer(pad=False)
+    assert tokenizer.pad_token_id is None
+    model = FakeLM([5, tokenizer.eos_token_id])
+    result = batched_generate(model, tokenizer, ["a", "hello there"], max_new_tokens=2, batch_size=2)
+    ids, mask, kwargs = model.calls[0]
+    assert kwargs["pad_token_id"] == tokenizer.eos_token_id
+    assert (ids[mask == 0] == tokenizer.eos_token_id).all()
+    assert result.tokens_out == 2 and tokenizer.pad_token_id is None and tokenizer.padding_side == "right"
+
+
+def test_chat_template_and_system():
+    tokenizer = build_tiny_tokenizer()
+    plain, add = format_prompt(tokenizer, "hi", system="sys")
+    assert (plain, add) == ("sys\n\nhi", True)  # no template: system prepended
+    tokenizer.chat_template = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"
+                               "{% if add_generation_prompt %}[assistant]{% endif %}")
+    text, add = format_prompt(tokenizer, "hi", system="sys")
+    assert (text, add) == ("[system]sys[user]hi[assistant]", False)
+    assert format_prompt(tokenizer, "hi", use_chat_template=False) == ("hi", True)
+    model = FakeLM([tokenizer.eos_token_id])
+    batched_generate(model, tokenizer, ["hi"], max_new_tokens=1, batch_size=1, system="sys")
+    assert tokenizer.decode(model.calls[0][0][0]) == "[system]sys[user]hi[assistant]"
+
+
+def test_truncation_empty_and_errors():
+    tokenizer = build_tiny_tokenizer()
+    model = FakeLM([tokenizer.eos_token_id])
+    result = batched_generate(model, tokenizer, [PROMPTS[1]], max_new_tokens=1, batch_size=1, max_input_tokens=3)
+    assert model.calls[0][0].shape[1] == 3 and result.tokens_in == 3
+    assert batched_generate(model, tokenizer, [], max_new_tokens=1, batch_size=1) == GenerateResult([], 0, 0)
+    with pytest.raises(TypeError, match=r"prompts must be a list of str \(got str\)"):
+        batched_generate(model, tokenizer, "abc", max_new_tokens=1, batch_size=1)
+    with pytest.raises(ValueError, match=r"batch_size must be >= 1 \(got 0\)"):
+        batched_generate(model, tokenizer, ["a"], max_new_tokens=1, batch_size=0)
+    with pytest.raises(ValueError, match=r"max_new_tokens must be >= 1 \(got 0\)"):
+        batched_generate(model, tokenizer, ["a"], max_new_tokens=0, batch_size=1)
