@@ -124,7 +124,7 @@ class TransitionOperator:
         return dense
 
     # ------------------------------------------------------------ local blocks
-    def local_blocks(self, idx: Tensor) -> Tensor:
+    def local_blocks(self, idx: Tensor, *, out: Tensor | None = None, max_pairs: int | None = None) -> Tensor:
         """Dense row-renormalised restrictions ``T*`` of T_s to per-question fact sets.
 
         Entries come from pairs of local facts sharing an entity or a passage: a sort-and-join
@@ -134,8 +134,21 @@ class TransitionOperator:
         a row of ``idx``) contribute nothing, as T_s has a zero diagonal. The transposed
         operator returns the transposed blocks.
 
+        How: the incidence rows of each question's facts are laid out in a ``[Q, E_max]`` block
+        (``E_max`` = most incidences of one question) and sorted per row by column, which puts
+        each (question, column) group in a contiguous run; every ordered pair inside a run of
+        ``g >= 2`` entries adds ``1 / d_c`` (divided by its row's sum, known from the run sizes)
+        to one block entry. The join is data-dependent, so the function syncs with the host twice
+        per call (entry and pair counts; twice more when the pairs are sliced) and materialises
+        the pairs in slices of at most ``max_pairs``.
+
         Args:
             idx: int64 ``[Q, M]`` fact ids, ``-1`` for padding.
+            out: optional contiguous ``[Q, M, M]`` buffer of the operator's dtype and device; it
+                is overwritten (reusing it avoids a fresh ``Q * M^2`` allocation per call).
+            max_pairs: most (slot, slot, column) pairs held at once (default: all at once). Each
+                pair costs about 64 bytes of temporaries; on CPU, slices of ~2^18 pairs are also
+                the fastest (they stay in cache).
 
         Returns:
             ``[Q, M, M]`` of the operator's dtype; rows and columns of padding are zero.
@@ -149,41 +162,116 @@ class TransitionOperator:
             raise TypeError(f"idx must be int64 (got {idx.dtype})")
         if idx.device != self.device:
             raise ValueError(f"idx is on {idx.device} but the operator is on {self.device}")
+        if max_pairs is not None and (isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1):
+            raise ValueError(f"max_pairs must be a positive int or None (got {max_pairs!r})")
         num_q, m = idx.shape
-        out = torch.zeros(num_q * m * m, dtype=self.dtype, device=self.device)
-        flat = idx.reshape(-1)
-        slot = torch.nonzero(flat >= 0).squeeze(1)  # data-dependent size: needed to gather rows
-        facts = flat[slot]
-        crow = self.b.crow_indices()
-        cols = self.b.col_indices()
-        start, count = crow[facts], crow[facts + 1] - crow[facts]
-        # one entry per (slot, column of B in that fact's row)
-        entry_slot = torch.repeat_interleave(slot, count)
-        offsets = torch.arange(entry_slot.numel(), device=self.device) - torch.repeat_interleave(
-            torch.cumsum(count, 0) - count, count)
-        entry_col = cols[torch.repeat_interleave(start, count) + offsets]
-        entry_q = entry_slot // m
-        key = entry_q * self.num_columns + entry_col
-        key, order = torch.sort(key, stable=True)
-        entry_slot, entry_col = entry_slot[order], entry_col[order]
-        # groups of equal (question, column): every ordered pair inside a group is an edge
-        _, group_size = torch.unique_consecutive(key, return_counts=True)
-        group_start = torch.cumsum(group_size, 0) - group_size
-        size_e = torch.repeat_interleave(group_size, group_size)  # [n] size of own group
-        start_e = torch.repeat_interleave(group_start, group_size)
-        left = torch.repeat_interleave(torch.arange(key.numel(), device=self.device), size_e)
-        pos = torch.arange(left.numel(), device=self.device) - torch.repeat_interleave(
-            torch.cumsum(size_e, 0) - size_e, size_e)
-        right = start_e[left] + pos
-        ls, rs = entry_slot[left], entry_slot[right]
-        keep = flat[ls] != flat[rs]  # self pairs (and duplicate ids) are the removed diagonal
-        ls, rs = ls[keep], rs[keep]
-        value = self.inv_degree[entry_col[left[keep]]]
-        q = ls // m
-        out.index_add_(0, q * m * m + (ls % m) * m + (rs % m), value)
-        out = out.view(num_q, m, m)
-        out = out * inverse_or_zero(out.sum(dim=2, keepdim=True))
+        dev = self.device
+        if out is None:
+            out = torch.zeros(num_q, m, m, dtype=self.dtype, device=dev)
+        else:
+            if out.shape != (num_q, m, m) or out.dtype != self.dtype or out.device != dev or not out.is_contiguous():
+                raise ValueError(f"out must be a contiguous [{num_q}, {m}, {m}] {self.dtype} tensor on {dev} "
+                                 f"(got {tuple(out.shape)} {out.dtype} on {out.device})")
+            out.zero_()
+        if num_q * m:
+            self._join_into(idx, out, max_pairs)
         return out.transpose(1, 2) if self.transposed else out
+
+    def _join_into(self, idx: Tensor, out: Tensor, max_pairs: int | None) -> None:
+        """Fill ``out [Q, M, M]`` (zeroed) with the row-normalised local blocks of ``idx``.
+
+        Row sums are known before any pair exists: slot ``i`` with fact ``f`` gets
+        ``sum_{c in row f} (g_c - mult_i) / d_c`` from the group sizes ``g_c`` of its columns, where
+        ``mult_i`` (the number of slots holding ``f``) removes the pairs of equal facts. So each pair
+        adds an already normalised value, self pairs land on the diagonal (zeroed afterwards), and
+        only questions with repeated ids need a masking pass over their blocks.
+        """
+        num_q, m = idx.shape
+        dev = self.device
+        num_cols = self.num_columns
+        crow, cols = self.b.crow_indices(), self.b.col_indices()
+        flat_idx = idx.reshape(-1)
+        valid = flat_idx >= 0
+        fact = flat_idx.clamp(min=0)
+        start = crow.index_select(0, fact)  # [Q*M]
+        count = torch.where(valid, crow.index_select(0, fact + 1) - start, 0)  # incidences of each slot
+        per_q = count.view(num_q, m).sum(1)  # [Q]
+        # multiplicity of each slot's fact within its question (sorted rows, run lengths)
+        sorted_idx, order = torch.sort(idx, dim=1)
+        run_start = torch.ones_like(sorted_idx, dtype=torch.bool)
+        run_start[:, 1:] = sorted_idx[:, 1:] != sorted_idx[:, :-1]
+        run_id = torch.cumsum(run_start.view(-1), 0) - 1
+        run_size = torch.zeros(num_q * m, dtype=torch.int64, device=dev).index_add_(
+            0, run_id, torch.ones(num_q * m, dtype=torch.int64, device=dev))
+        mult = torch.empty(num_q * m, dtype=torch.int64, device=dev)
+        mult[(order + torch.arange(num_q, device=dev).unsqueeze(1) * m).view(-1)] = run_size.index_select(0, run_id)
+        has_repeats = ((mult > 1) & valid).any()
+        # Host sync 1: the size of the entry list, of its per-question layout, and whether ids repeat.
+        total, width, repeats = torch.stack([per_q.sum(), per_q.max(), has_repeats.long()]).tolist()
+        if total == 0:
+            return
+        # entries (question, slot, column), in slot order
+        slot = torch.repeat_interleave(torch.arange(num_q * m, device=dev), count, output_size=total)
+        ar = torch.arange(total, device=dev)
+        col = cols.index_select(0, ar + (start - (torch.cumsum(count, 0) - count)).index_select(0, slot))
+        q_of = torch.div(slot, m, rounding_mode="floor")
+        pos = q_of * width + ar - (torch.cumsum(per_q, 0) - per_q).index_select(0, q_of)
+        # [Q, width] layout sorted per row by column; padding gets the sentinel column C (sorts last).
+        # Keys are narrowed to int32 when C allows it: the per-row sort is the join's main cost.
+        key_dtype = torch.int32 if num_cols < 2**31 - 1 else torch.int64
+        keys = torch.full((num_q * width,), num_cols, dtype=key_dtype, device=dev)
+        keys[pos] = col.to(key_dtype)
+        slots = torch.zeros(num_q * width, dtype=torch.int64, device=dev)
+        slots[pos] = slot - q_of * m  # local slot of each entry
+        keys, order = torch.sort(keys.view(num_q, width), dim=1)
+        slots = torch.gather(slots.view(num_q, width), 1, order).view(-1)
+        keys = keys.view(-1)
+        n = num_q * width
+        new_group = torch.ones(n, dtype=torch.bool, device=dev)
+        new_group[1:] = keys[1:] != keys[:-1]
+        new_group.view(num_q, width)[:, 0] = True  # groups never span two questions
+        group_id = torch.cumsum(new_group, 0) - 1
+        group_size = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(
+            0, group_id, torch.ones(n, dtype=torch.int64, device=dev))
+        positions = torch.arange(n, device=dev)
+        group_start = torch.where(new_group, positions, 0).cummax(0).values  # [n]
+        size = group_size.index_select(0, group_id)
+        real = keys < num_cols
+        q_pos = torch.div(positions, width, rounding_mode="floor")
+        row_pos = q_pos * m + slots  # row of the flattened [Q*M, M] block
+        weight = torch.where(real, self.inv_degree.index_select(0, keys.clamp(max=num_cols - 1).long()), 0.0)
+        # row sums of the raw block from the groups alone: every partner except the equal facts
+        row_sum = torch.zeros(num_q * m, dtype=self.dtype, device=dev).index_add_(
+            0, row_pos, weight * (size - mult.index_select(0, row_pos)))
+        weight = weight * inverse_or_zero(row_sum).index_select(0, row_pos)  # normalised per-pair value
+        partners = torch.where(real & (size > 1), size, 0)  # ordered pairs (self included) per entry
+        cum = torch.cumsum(partners, 0)
+        # Host sync 2: the number of pairs, and slice boundaries when it exceeds max_pairs.
+        num_pairs = int(cum[-1])
+        bounds, done = [0, n], [0, num_pairs]
+        if max_pairs is not None and num_pairs > max_pairs:
+            # entry ranges holding at most ~max_pairs pairs each (one entry's run is never split)
+            cuts = torch.searchsorted(cum, torch.arange(1, -(-num_pairs // max_pairs), device=dev) * max_pairs,
+                                      right=True)
+            cuts = torch.unique(torch.cat([cuts.clamp(1, n - 1), cuts.new_tensor([n])]))
+            bounds = [0, *cuts.tolist()]
+            done = [0, *cum[cuts - 1].tolist()]
+        flat_out = out.view(-1)
+        shift = group_start
+        for lo, hi, before, after in zip(bounds[:-1], bounds[1:], done[:-1], done[1:]):
+            size_here = after - before
+            if size_here == 0:
+                continue
+            part = partners[lo:hi]
+            left = torch.repeat_interleave(positions[lo:hi], part, output_size=size_here)
+            first = torch.cumsum(part, 0) - part
+            # right partner = start of left's run + rank of this pair among left's pairs
+            right = torch.arange(size_here, device=dev) + (shift[lo:hi] - first).index_select(0, left - lo)
+            target = row_pos.index_select(0, left) * m + slots.index_select(0, right)
+            flat_out.index_add_(0, target, weight.index_select(0, left))
+        out.diagonal(dim1=1, dim2=2).zero_()  # self pairs: T_s has a zero diagonal
+        if repeats:  # pairs of two slots holding the same fact are diagonal entries too
+            out.masked_fill_((idx.unsqueeze(2) == idx.unsqueeze(1)) & (idx >= 0).unsqueeze(2), 0.0)
 
     def __repr__(self) -> str:
         name = "T_s^T" if self.transposed else "T_s"

@@ -54,3 +54,186 @@ def dense_local_block(t_dense: Tensor, ids: list[int], size: int) -> Tensor:
             if ids[a] != ids[b]:
                 out[a, b] = t_dense[ids[a], ids[b]]
     return row_normalize(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# HyperProve retrieval hop (SPEC §2), one question at a time, written the obvious way.
+# ---------------------------------------------------------------------------------------------
+
+
+def scipy_transition(fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int):
+    """``T_s`` as an explicit ``scipy.sparse`` CSR matrix (float64), straight from the definition.
+
+    For benchmark-sized graphs where the dense ``[H, H]`` reference does not fit; it still holds
+    ``sum_c d_c^2`` entries, so it is a reference, never a production path.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    num_facts = fact_passage.numel()
+    fe = torch.unique(fact_entity[0].cpu() * max(num_entities, 1) + fact_entity[1].cpu())
+    rows = np.concatenate([(fe // max(num_entities, 1)).numpy(), np.arange(num_facts)])
+    cols = np.concatenate([(fe % max(num_entities, 1)).numpy(), num_entities + fact_passage.cpu().numpy()])
+    b = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(num_facts, num_entities + num_passages))
+    deg = np.asarray(b.sum(0)).ravel()
+    inv = np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0)
+    w = (b @ sp.diags(inv) @ b.T).tocsr()
+    w.setdiag(0.0)
+    w.eliminate_zeros()
+    rs = np.asarray(w.sum(1)).ravel()
+    inv_rs = np.divide(1.0, rs, out=np.zeros_like(rs), where=rs > 0)
+    return (sp.diags(inv_rs) @ w).tocsr()
+
+
+def reference_cosine(query, fact_embeddings):
+    """``cos(query, x_h)`` for every fact in float64; 0 where either vector has zero norm."""
+    import numpy as np
+
+    q = np.asarray(query, dtype=np.float64)
+    f = np.asarray(fact_embeddings, dtype=np.float64)
+    qn = np.linalg.norm(q)
+    fn = np.linalg.norm(f, axis=1)
+    denom = qn * fn
+    return np.divide(f @ q, denom, out=np.zeros(f.shape[0]), where=denom > 0)
+
+
+def reference_hop(transition, fact_embeddings, query, frontier=(), *, num_seeds: int = 8,
+                  subgraph_size: int = 600, walk_steps: int = 3, restart: float = 0.3,
+                  frontier_weight: float = 1.0, seed_weighting: str = "cosine", theta: float = 0.0,
+                  bfs_depth: int = 2, struct_depth: int = 0, alpha: float = 0.7, top_k: int = 5,
+                  seeds=None, subgraph=None) -> dict:
+    """One HyperProve hop for ONE question (SPEC §2), with Python sets, numpy and networkx.
+
+    The same definitions as :func:`hpengine.retrieval.hyperprove_hop`:
+
+    1. ``cos`` of the query with every fact; seeds = top-S facts by ``cos`` (or ``seeds``).
+    2. Restart vector ``r0``: each distinct seed weighted by ``max(cos, 0)`` (uniform when that
+       mass is 0 or ``seed_weighting="uniform"``), normalised to 1; plus each distinct frontier fact
+       with ``frontier_weight / |F|``; the sum normalised to 1.
+    3. Walk ``x_0 = r0``, ``x_{t+1} = (1 - c) T_s^T x_t + c r0``; visits ``= sum_{t=0..steps} x_t``.
+    4. Subgraph: frontier and seeds, then the facts with the largest visits (> 0), at most M.
+    5. ``T*`` = ``T_s`` restricted to the subgraph and row-normalised again; edges ``T*_ij > theta``.
+    6. Reached = seeds plus everything at most L edges away from a seed; candidates = reached
+       minus the frontier.
+    7. ``d`` = shortest path length from a candidate to the nearest frontier fact (at most
+       ``struct_depth`` edges, 0 meaning ``bfs_depth``); ``struct = 1 / d``, 0 when unreachable.
+    8. ``score = alpha * cos + (1 - alpha) * struct``; the top-K candidates by score.
+
+    Args:
+        transition: ``T_s`` as a dense ``[H, H]`` array/tensor (:func:`dense_transition`) or a
+            ``scipy.sparse`` matrix (:func:`scipy_transition`).
+        fact_embeddings: ``[H, D]``; query: ``[D]``.
+        frontier: fact ids of ``F_{t-1}`` (``-1`` and repeats ignored).
+        seeds: use these seed ids instead of the dense top-S (``-1`` and repeats ignored).
+        subgraph: use this fact set as the local subgraph instead of the walk's top-M (to compare
+            the later stages when the walk's top-M has ties).
+
+    Returns:
+        dict with ``fact_ids``, ``scores``, ``distance`` (lists, best first, at most K),
+        ``seeds`` (list), ``subgraph`` (set), ``visits`` (``[H]`` numpy), ``candidates``
+        (``{fact: score}``), ``reached`` (set), ``distance_to_frontier`` (``{fact: d}``).
+    """
+    import networkx as nx
+    import numpy as np
+    import scipy.sparse as sp
+
+    if isinstance(transition, Tensor):
+        transition = transition.double().cpu().numpy()
+    if isinstance(fact_embeddings, Tensor):
+        fact_embeddings = fact_embeddings.float().cpu().numpy()
+    if isinstance(query, Tensor):
+        query = query.float().cpu().numpy()
+    num_facts = transition.shape[0]
+    cos = reference_cosine(query, fact_embeddings)
+
+    # 1. seeds
+    if seeds is None:
+        seed_list = [int(h) for h in np.argsort(-cos, kind="stable")[:num_seeds]]
+    else:
+        seed_list = []
+        for s in (int(x) for x in seeds):
+            if s >= 0 and s not in seed_list:
+                seed_list.append(s)
+    front = []
+    for f in (int(x) for x in frontier):
+        if f >= 0 and f not in front:
+            front.append(f)
+
+    # 2. restart vector
+    r0 = np.zeros(num_facts)
+    if seed_list:
+        w = np.array([max(cos[s], 0.0) for s in seed_list])
+        if seed_weighting == "uniform" or w.sum() == 0:
+            w = np.ones(len(seed_list))
+        for s, ws in zip(seed_list, w / w.sum()):
+            r0[s] += ws
+    for f in front:
+        r0[f] += frontier_weight / len(front)
+    if r0.sum() > 0:
+        r0 /= r0.sum()
+
+    # 3. walk with restart, mass moving along rows of T_s
+    x = r0.copy()
+    visits = r0.copy()
+    tt = transition.T
+    for _ in range(walk_steps):
+        x = (1.0 - restart) * np.asarray(tt @ x).ravel() + restart * r0
+        visits += x
+
+    # 4. local subgraph
+    if subgraph is None:
+        forced = list(dict.fromkeys(front + seed_list))
+        sub = set(forced[:subgraph_size])
+        for h in np.argsort(-visits, kind="stable"):
+            if len(sub) >= subgraph_size or visits[h] <= 0:
+                break
+            sub.add(int(h))
+    else:
+        sub = {int(h) for h in subgraph if int(h) >= 0}
+    ids = sorted(sub)
+
+    # 5. local block T*, thresholded edges
+    if sp.issparse(transition):
+        block = transition[ids][:, ids].toarray() if ids else np.zeros((0, 0))
+    else:
+        block = np.asarray(transition)[np.ix_(ids, ids)] if ids else np.zeros((0, 0))
+    sums = block.sum(1, keepdims=True)
+    block = np.divide(block, sums, out=np.zeros_like(block), where=sums > 0)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(ids)
+    neighbours = {h: set() for h in ids}
+    for a, b in zip(*np.nonzero(block > theta)):
+        graph.add_edge(ids[a], ids[b])
+        neighbours[ids[a]].add(ids[b])
+
+    # 6. bounded BFS from the seeds
+    reached = {s for s in seed_list if s in sub}
+    layer = set(reached)
+    for _ in range(bfs_depth):
+        layer = {j for i in layer for j in neighbours[i]} - reached
+        reached |= layer
+    front_set = {f for f in front if f in sub}
+    candidates = reached - set(front)
+
+    # 7. distance to the nearest frontier fact (edges followed forwards, so search the reverse)
+    depth = struct_depth if struct_depth > 0 else bfs_depth
+    dist = dict(nx.multi_source_dijkstra_path_length(graph.reverse(copy=True), front_set, cutoff=depth)) \
+        if front_set else {}
+
+    # 8. scores and top-K
+    scored = {}
+    for h in candidates:
+        d = dist.get(h, 0)
+        scored[h] = alpha * cos[h] + (1.0 - alpha) * (1.0 / d if d >= 1 else 0.0)
+    best = sorted(scored, key=lambda h: -scored[h])[:top_k]
+    return {
+        "fact_ids": best,
+        "scores": [scored[h] for h in best],
+        "distance": [dist.get(h, -1) if dist.get(h, 0) >= 1 else -1 for h in best],
+        "seeds": seed_list,
+        "subgraph": sub,
+        "visits": visits,
+        "candidates": scored,
+        "reached": reached,
+        "distance_to_frontier": dist,
+    }

@@ -3,21 +3,8 @@ import torch
 
 from hpengine.graph import HyperGraph
 from hpengine.testing import with_devices
+from hpengine.testing._graphs import random_hypergraph
 from hpengine.testing.reference import dense_local_block, dense_transition
-
-
-def random_hypergraph(seed: int, num_facts=40, num_entities=15, num_passages=12, nnz=60, device="cpu"):
-    """Random hypergraph with isolated facts, facts without entities, single-fact passages,
-    a hub entity and duplicate pairs."""
-    g = torch.Generator().manual_seed(seed)
-    facts = torch.randint(0, num_facts - 3, (nnz,), generator=g)  # last 3 facts: no entity
-    ents = torch.randint(1, num_entities, (nnz,), generator=g)
-    hub = torch.arange(0, num_facts - 3, 2)  # entity 0 is a hub
-    fe = torch.cat([torch.stack([facts, ents]), torch.stack([hub, torch.zeros_like(hub)]),
-                    torch.stack([facts[:5], ents[:5]])], dim=1)  # duplicates
-    fp = torch.randint(0, num_passages - 2, (num_facts,), generator=g)
-    fp[-1] = num_passages - 1  # a fact without entity alone in its passage: isolated
-    return fe.to(device), fp.to(device), num_entities, num_passages
 
 
 def test_tiny_exact():

@@ -1,0 +1,211 @@
+"""Shared benchmark harness: timing, peak memory, JSON results, comparisons.
+
+* Timing uses ``torch.utils.benchmark.Timer`` (it synchronises CUDA before reading clocks) after
+  explicit warm-up calls; the reported time is the median over the runs of ``blocked_autorange``.
+* Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (reset before the warm-up); on CPU a
+  sampling thread reads the process RSS every ``interval`` seconds while the warm-up and the runs
+  execute (the harness reports the peak above the RSS before the warm-up, i.e. the call's own
+  working set, including buffers it keeps between calls) — torch
+  CPU tensors are invisible to ``tracemalloc``, so RSS is the honest measure. The process-wide
+  ``ru_maxrss`` is recorded too.
+* ``--label NAME`` saves ``benchmarks/results/NAME.json``; ``--compare NAME`` prints the ratios of
+  this run to a saved one; ``--fail-if-regression PCT`` exits with status 1 when a throughput
+  dropped by more than PCT percent against the compared run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.utils import benchmark
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (``/proc/self/statm``; psutil elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+
+
+class PeakMemory:
+    """Context manager: peak memory above the starting point while the block runs.
+
+    ``device="cuda"``: ``torch.cuda.max_memory_allocated`` minus the allocation at entry.
+    ``device="cpu"``: peak sampled RSS minus the RSS at entry (a thread samples every ``interval``
+    seconds; calls shorter than that may be under-reported).
+    """
+
+    def __init__(self, device: str | torch.device = "cpu", interval: float = 0.002):
+        self.device = torch.device(device)
+        self.interval = interval
+        self.peak = 0
+        self.start = 0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start = torch.cuda.memory_allocated(self.device)
+            return self
+        self.start = rss_bytes()
+        self._high = self.start
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.is_set():
+                self._high = max(self._high, rss_bytes())
+                time.sleep(self.interval)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device) - self.start
+            return
+        self._stop.set()
+        self._thread.join()
+        self._high = max(self._high, rss_bytes())
+        self.peak = self._high - self.start
+
+
+@dataclass
+class Record:
+    """One measured cell: an implementation on one case."""
+
+    bench: str
+    impl: str
+    case: dict
+    seconds: float  # median seconds per call
+    items: int  # items (questions) per call
+    runs: int
+    peak_mib: float  # peak working set of a call, MiB
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else float("inf")
+
+    def key(self) -> tuple:
+        return (self.bench, self.impl, tuple(sorted(self.case.items())))
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["throughput"] = self.throughput
+        return out
+
+
+def measure(fn: Callable[[], object], *, bench: str, impl: str, case: dict, items: int, device="cpu",
+            warmup: int | Callable[[], object] = 1, min_run_time: float = 1.0, once: bool = False,
+            extra: dict | None = None) -> Record:
+    """Time ``fn`` and record its peak memory.
+
+    Args:
+        warmup: number of warm-up calls of ``fn``, or a cheaper callable run once instead (for
+            cells that take minutes: same code paths, smaller input).
+        min_run_time: ``blocked_autorange``'s budget; the median over its runs is reported.
+        once: time exactly one call (``Timer.timeit(1)``) instead of ``blocked_autorange``, which
+            always adds a calibration call.
+    """
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    # the peak covers the warm-up too: buffers that fn keeps between calls count
+    with PeakMemory(device) as mem:
+        if callable(warmup):
+            warmup()
+        else:
+            for _ in range(warmup):
+                fn()
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+        result = timer.timeit(1) if once else timer.blocked_autorange(min_run_time=min_run_time)
+    runs = len(result.raw_times) * result.number_per_run
+    return Record(bench, impl, dict(case), result.median, items, runs, mem.peak / 2**20, dict(extra or {}))
+
+
+def environment() -> dict:
+    """What the numbers depend on."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg": list(load),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "argv": sys.argv, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def save(label: str, records: list[Record], meta: dict | None = None) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{label}.json"
+    path.write_text(json.dumps({"env": environment(), "meta": meta or {},
+                                "records": [r.to_json() for r in records]}, indent=1))
+    return path
+
+
+def load(label: str) -> list[Record]:
+    path = Path(label) if label.endswith(".json") else RESULTS / f"{label}.json"
+    data = json.loads(path.read_text())
+    out = []
+    for r in data["records"]:
+        r = dict(r)
+        r.pop("throughput", None)
+        out.append(Record(**r))
+    return out
+
+
+def compare(current: list[Record], baseline: list[Record], fail_pct: float | None = None) -> tuple[str, bool]:
+    """Markdown table of throughput ratios current / baseline; whether any fell by > ``fail_pct``%."""
+    base = {r.key(): r for r in baseline}
+    rows = ["| bench | impl | case | baseline /s | now /s | ratio |", "|---|---|---|---:|---:|---:|"]
+    failed = False
+    for r in current:
+        b = base.get(r.key())
+        if b is None:
+            continue
+        ratio = r.throughput / b.throughput
+        flag = ""
+        if fail_pct is not None and ratio < 1 - fail_pct / 100:
+            failed, flag = True, " REGRESSION"
+        case = ", ".join(f"{k}={v}" for k, v in sorted(r.case.items()))
+        rows.append(f"| {r.bench} | {r.impl} | {case} | {b.throughput:.1f} | {r.throughput:.1f} | {ratio:.2f}{flag} |")
+    return "\n".join(rows), failed
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--label", help="save results as benchmarks/results/LABEL.json")
+    parser.add_argument("--compare", help="a saved label (or .json path) to compare against")
+    parser.add_argument("--fail-if-regression", type=float, metavar="PCT",
+                        help="exit 1 if a throughput fell by more than PCT percent against --compare")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--device", default="cpu")
+
+
+def finish(args, records: list[Record], meta: dict | None = None) -> int:
+    """Save / compare as the common arguments ask; the exit status."""
+    if args.label:
+        print(f"saved {save(args.label, records, meta)}")
+    if args.compare:
+        text, failed = compare(records, load(args.compare), args.fail_if_regression)
+        print(text)
+        if failed:
+            print(f"throughput regression beyond {args.fail_if_regression}%", file=sys.stderr)
+            return 1
+    return 0

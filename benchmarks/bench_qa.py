@@ -1,0 +1,96 @@
+"""End-to-end QA evaluation: dense vs HyperProve on the dev questions of the real benchmarks.
+
+    # indexes first (fast extractor): python benchmarks/bench_index.py --corpus ../shared/data/<d>/corpus.json --out IDX/<d>
+    python benchmarks/bench_qa.py --data-root ../shared/data --index-root IDX            # no-LLM mode, all questions
+    python benchmarks/bench_qa.py --data-root ../shared/data --index-root IDX \\
+        --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b --max-questions 100 --batch-size 16   # LLM decomposer + reader
+
+One index and encoder load per dataset; every retriever in a table uses the same embedder, reader,
+corpus and evidence budget (SPEC §4). Writes a markdown table and, with --out, a JSON file with
+all metrics, per-hop diagnostics and per-question records. Any RetrievalConfig / EngineConfig field
+can be overridden with --set retrieval.alpha=0.5 engine.num_hops=3.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+DATASETS = ("2wikimultihopqa", "hotpotqa", "musique")
+
+
+def _apply(cfg, assignments: list, prefix: str):
+    changes = {}
+    for a in assignments:
+        key, value = a.split("=", 1)
+        if key.startswith(prefix + "."):
+            field = key[len(prefix) + 1:]
+            current = getattr(cfg, field)
+            changes[field] = type(current)(value) if not isinstance(current, bool) else value.lower() == "true"
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-root", required=True)
+    ap.add_argument("--index-root", required=True)
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    ap.add_argument("--retrievers", nargs="+", default=["dense", "hyperprove"])
+    ap.add_argument("--llm", default="")
+    ap.add_argument("--max-questions", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--set", nargs="*", default=[], help="overrides like retrieval.alpha=0.5 engine.num_hops=3")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from hpengine.config import EncoderConfig, EvalConfig, ModelConfig, RetrievalConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph._index import Index
+    from hpengine.pipeline._engine import Engine, EngineConfig
+    from hpengine.pipeline._eval_job import evaluate, load_llm
+    from hpengine.pipeline._factory import make_encoder
+
+    encoder = make_encoder(EncoderConfig(device=args.device))
+    decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device, batch_size=min(args.batch_size, 16)))
+    retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
+    rows, results = [], {}
+    for name in args.datasets:
+        index = Index.load(Path(args.index_root) / name, device=args.device, expected_encoder=encoder.name)
+        questions = load_questions(str(Path(args.data_root) / name / "dev.json"))
+        for retriever in args.retrievers:
+            engine_cfg = _apply(EngineConfig(retriever=retriever, diagnostics=retriever == "hyperprove"), args.set, "engine")
+            engine = Engine(index, encoder, retrieval, engine_cfg, decomposer=decomposer, reader=reader)
+            for c in (decomposer, reader):
+                if c is not None:
+                    c.stats.update({k: 0 for k in c.stats})
+            start = time.perf_counter()
+            res = evaluate(engine, questions, EvalConfig(max_questions=args.max_questions, batch_size=args.batch_size),
+                           progress=True)
+            res["dataset"] = name
+            results[f"{name}/{retriever}"] = res
+            rows.append((name, retriever, res["num_questions"], res["recall@2"], res["recall@5"], res["em"], res["f1"],
+                         res["questions_per_second"], time.perf_counter() - start, res.get("hop_diagnostics")))
+            print(f"{name:16} {retriever:10} n={res['num_questions']} R@2={res['recall@2']:.3f} R@5={res['recall@5']:.3f} "
+                  f"EM={res['em']:.3f} F1={res['f1']:.3f} q/s={res['questions_per_second']}", flush=True)
+    print()
+    print("| dataset | retriever | questions | R@2 | R@5 | EM | F1 | questions/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.3f} | {r[4]:.3f} | {r[5]:.3f} | {r[6]:.3f} | {r[7]} |")
+    for r in rows:
+        if r[9]:
+            print(f"{r[0]} {r[1]} per-hop gold-passage recall: " +
+                  " | ".join(", ".join(f"{k} {v:.3f}" for k, v in hop.items()) for hop in r[9]))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"args": vars(args), "retrieval": dataclasses.asdict(retrieval),
+                                              "results": results}, indent=1, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""Batched retrieval: dense top-k, random-walk subgraphs, bounded BFS and the HyperProve hop."""
+from hpengine.retrieval._bfs import batched_bfs
+from hpengine.retrieval._chunking import HopPlan, plan_hop
+from hpengine.retrieval._dense import DenseIndex, dense_topk
+from hpengine.retrieval._hop import HopResult, hyperprove_hop
+from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
+
+__all__ = [
+    "DenseIndex",
+    "HopPlan",
+    "HopResult",
+    "batched_bfs",
+    "dense_topk",
+    "hyperprove_hop",
+    "plan_hop",
+    "restart_distribution",
+    "top_visited",
+    "walk_visits",
+]

@@ -1,0 +1,277 @@
+"""Dense top-k over fact (or passage) embeddings: exact chunked matmul, or FAISS (SPEC §2 seeds)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hpengine import typing as hp_typing
+from hpengine.sparse import inverse_or_zero
+
+_BACKENDS = ("exact", "faiss_flat", "faiss_ivf")
+
+
+def _check_embeddings(name: str, x: Tensor, ndim: int) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (got {type(x).__name__})")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name} must be floating point (got {x.dtype})")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions (got shape {tuple(x.shape)})")
+
+
+def dense_topk(queries: Tensor, keys: Tensor, k: int, chunk_size: int = 65536, *,
+               key_scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Exact top-``k`` keys by inner product, chunked over the keys and merged on the device.
+
+    Each chunk of keys is multiplied in float32 (also for fp16/bf16 inputs), its top-``k`` is
+    concatenated with the running best and reduced again with ``torch.topk``; the ``[Q, N]``
+    score matrix is never formed. Peak extra memory is ``4 * Q * (chunk_size + 2k)`` bytes plus one
+    float32 copy of a key chunk.
+
+    Args:
+        queries: ``[Q, D]`` float tensor.
+        keys: ``[N, D]`` float tensor on the same device.
+        k: number of keys kept per query (``>= 0``); when ``k > N`` the tail is padded.
+        chunk_size: keys per chunk (default 65536).
+        key_scale: optional ``[N]`` per-key factor applied to the scores (for example the inverse
+            key norms, which turns inner products into cosines without copying ``keys``).
+
+    Returns:
+        ``(scores, ids)``: float32 ``[Q, k]`` sorted descending, int64 ``[Q, k]``; padding is
+        ``-inf`` / ``-1``. Ties are broken arbitrarily.
+
+    Shapes:
+        queries ``[Q, D]``, keys ``[N, D]`` -> ``[Q, k]``, ``[Q, k]``.
+
+    Example:
+        >>> q = torch.tensor([[1.0, 0.0]])
+        >>> dense_topk(q, torch.tensor([[0.0, 1.0], [2.0, 0.0], [1.0, 1.0]]), 2)
+        (tensor([[2., 1.]]), tensor([[1, 2]]))
+    """
+    _check_embeddings("queries", queries, 2)
+    _check_embeddings("keys", keys, 2)
+    if queries.shape[1] != keys.shape[1]:
+        raise ValueError(f"queries and keys must have the same dim D (got {queries.shape[1]} and {keys.shape[1]})")
+    if queries.device != keys.device:
+        raise ValueError(f"queries must be on the keys' device {keys.device} (got {queries.device})")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative int (got {k!r})")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int (got {chunk_size!r})")
+    num_keys = keys.shape[0]
+    if key_scale is not None and (key_scale.shape != (num_keys,) or key_scale.device != keys.device):
+        raise ValueError(f"key_scale must be [N] = [{num_keys}] on {keys.device} "
+                         f"(got {tuple(key_scale.shape)} on {key_scale.device})")
+    num_q = queries.shape[0]
+    best_scores = queries.new_full((num_q, k), float("-inf"), dtype=torch.float32)
+    best_ids = torch.full((num_q, k), -1, dtype=torch.int64, device=queries.device)
+    if k == 0 or num_keys == 0 or num_q == 0:
+        return best_scores, best_ids
+    q32 = queries.float()
+    for start in range(0, num_keys, chunk_size):  # loop over key chunks, never over queries
+        chunk = keys[start:start + chunk_size].float()
+        scores = q32 @ chunk.T  # [Q, Nc] float32
+        if key_scale is not None:
+            scores.mul_(key_scale[start:start + chunk.shape[0]].float())
+        kc = min(k, chunk.shape[0])
+        top_scores, top_ids = torch.topk(scores, kc, dim=1)
+        merged_scores = torch.cat([best_scores, top_scores], dim=1)
+        merged_ids = torch.cat([best_ids, top_ids + start], dim=1)
+        best_scores, pos = torch.topk(merged_scores, k, dim=1)
+        best_ids = torch.gather(merged_ids, 1, pos)
+    # -inf scores only come from padding columns: keep their ids at -1
+    best_ids = torch.where(torch.isneginf(best_scores), -1, best_ids)
+    return best_scores, best_ids
+
+
+class DenseIndex:
+    """Cosine top-k over a fixed set of key embeddings, built once and searched many times.
+
+    ``backend`` selects the search: ``"exact"`` (:func:`dense_topk` with the inverse key norms as
+    ``key_scale``; the keys are not copied), ``"faiss_flat"`` (exact inner product in FAISS on
+    normalised keys) or ``"faiss_ivf"`` (approximate: ``nlist`` k-means cells, ``nprobe`` of them
+    searched; ``nlist`` is lowered to ``N // 39`` for small ``N``, FAISS' minimum training ratio).
+    FAISS runs on the GPU (``faiss.StandardGpuResources``) when the keys are on CUDA and
+    ``hpengine.typing.WITH_FAISS_GPU`` is set; CUDA keys with a CPU-only FAISS raise.
+
+    Whatever the backend, :meth:`cosine` gives exact float32 cosines of chosen keys (used to weight
+    seeds and score candidates), so results agree across backends wherever the same ids are found.
+
+    Args:
+        keys: ``[N, D]`` float embeddings (any float dtype; kept by reference).
+        backend: ``"exact"`` (default), ``"faiss_flat"`` or ``"faiss_ivf"``.
+        nlist: IVF cells (default 1024). nprobe: IVF cells searched (default 16).
+        chunk_size: keys per chunk of the exact search (default 65536).
+
+    Shapes:
+        keys ``[N, D]``; ``search``: ``[Q, D] -> [Q, k], [Q, k]``; ``cosine``: ``[Q, D], [Q, n] -> [Q, n]``.
+
+    Example:
+        >>> index = DenseIndex(torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]))
+        >>> scores, ids = index.search(torch.tensor([[0.0, 1.0]]), 2)
+        >>> ids
+        tensor([[1, 2]])
+    """
+
+    def __init__(self, keys: Tensor, *, backend: str = "exact", nlist: int = 1024, nprobe: int = 16,
+                 chunk_size: int = 65536):
+        _check_embeddings("keys", keys, 2)
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend must be one of {list(_BACKENDS)} (got {backend!r})")
+        for name, v in (("nlist", nlist), ("nprobe", nprobe), ("chunk_size", chunk_size)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int (got {v!r})")
+        self.keys = keys
+        self.backend = backend
+        self.chunk_size = chunk_size
+        self.inv_norm = inverse_or_zero(torch.linalg.vector_norm(keys.float(), dim=1))  # [N] float32
+        self._faiss = None
+        self._faiss_gpu = False
+        if backend != "exact":
+            self._build_faiss(nlist, nprobe)
+
+    @classmethod
+    def from_config(cls, keys: Tensor, cfg) -> "DenseIndex":
+        """Build from a :class:`hpengine.config.RetrievalConfig` (``seed_backend``, ``faiss_*``)."""
+        return cls(keys, backend=cfg.seed_backend, nlist=cfg.faiss_nlist, nprobe=cfg.faiss_nprobe)
+
+    @property
+    def num_keys(self) -> int:
+        return int(self.keys.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.keys.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.keys.device
+
+    def _build_faiss(self, nlist: int, nprobe: int) -> None:
+        if not hp_typing.WITH_FAISS:
+            raise ImportError(f"seed_backend={self.backend!r} needs FAISS: install the faiss-cpu package "
+                              f"(an hpengine dependency) or the `gpu` extra for faiss-gpu (got no importable faiss)")
+        import faiss
+
+        use_gpu = self.device.type == "cuda"
+        if use_gpu and not hp_typing.WITH_FAISS_GPU:
+            raise NotImplementedError(f"seed_backend={self.backend!r} with keys on {self.device} needs GPU FAISS "
+                                      f"(the `gpu` extra); use seed_backend='exact' or move the keys to the CPU "
+                                      f"(got a CPU-only faiss)")
+        normalised = (self.keys.float() * self.inv_norm.unsqueeze(1)).cpu().numpy()  # FAISS builds on the host
+        dim = normalised.shape[1]
+        if self.backend == "faiss_flat":
+            index = faiss.IndexFlatIP(dim)
+        else:
+            cells = max(1, min(nlist, normalised.shape[0] // 39))
+            quantizer = faiss.IndexFlatIP(dim)
+            index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
+            index.train(normalised)
+            index.nprobe = min(nprobe, cells)
+            self._quantizer = quantizer  # the IVF index does not own it
+        index.add(normalised)
+        if use_gpu:
+            import faiss.contrib.torch_utils  # noqa: F401  (lets GPU indexes take torch CUDA tensors)
+
+            self._resources = faiss.StandardGpuResources()
+            index = faiss.index_cpu_to_gpu(self._resources, self.device.index or 0, index)
+            self._faiss_gpu = True
+        self._faiss = index
+
+    def search(self, queries: Tensor, k: int, *, chunk_size: int | None = None) -> tuple[Tensor, Tensor]:
+        """Top-``k`` keys by cosine.
+
+        Args:
+            queries: ``[Q, D]`` float tensor on the index's device.
+            k: keys per query (``>= 0``).
+            chunk_size: keys per chunk of the exact search (default: the index's ``chunk_size``).
+
+        Returns:
+            float32 ``[Q, k]`` cosines (descending) and int64 ``[Q, k]`` ids, ``-inf`` / ``-1`` padded
+            (FAISS IVF may find fewer than ``k``). The FAISS backends copy queries to the host and
+            back unless they run on the GPU.
+
+        Shapes:
+            ``[Q, D] -> [Q, k], [Q, k]``.
+        """
+        _check_embeddings("queries", queries, 2)
+        if queries.shape[1] != self.dim:
+            raise ValueError(f"queries must have D={self.dim} (got {queries.shape[1]})")
+        if queries.device != self.device:
+            raise ValueError(f"queries must be on the index's device {self.device} (got {queries.device})")
+        qn = queries.float() * inverse_or_zero(torch.linalg.vector_norm(queries.float(), dim=1)).unsqueeze(1)
+        if self._faiss is None:
+            return dense_topk(qn, self.keys, k, chunk_size or self.chunk_size, key_scale=self.inv_norm)
+        if k == 0 or qn.shape[0] == 0:
+            return dense_topk(qn, self.keys[:0], k)
+        if self._faiss_gpu:
+            scores, ids = self._faiss.search(qn.contiguous(), k)
+        else:
+            s, i = self._faiss.search(qn.cpu().numpy(), k)  # host round trip: CPU FAISS
+            scores, ids = torch.from_numpy(s).to(self.device), torch.from_numpy(i).to(self.device)
+        ids = ids.long()
+        scores = torch.where(ids >= 0, scores.float(), float("-inf"))
+        return scores, ids
+
+    def scores(self, queries: Tensor, *, out: Tensor | None = None, chunk_size: int | None = None) -> Tensor:
+        """Exact float32 cosines of every query with every key (the ``[Q, N]`` matrix).
+
+        For callers that need many cosines per query anyway (the hop takes its seeds and its
+        candidates' cosines from one such matrix). Float32 keys take one matmul; other dtypes are
+        converted one chunk of ``chunk_size`` keys at a time.
+
+        Args:
+            queries: ``[Q, D]`` float tensor on the index's device.
+            out: optional contiguous float32 ``[Q, N]`` buffer.
+            chunk_size: keys converted at a time for non-float32 keys (default: the index's).
+
+        Returns:
+            float32 ``[Q, N]``; 0 for zero-norm vectors. Memory: ``4 * Q * N`` bytes.
+
+        Shapes:
+            ``[Q, D] -> [Q, N]``.
+        """
+        _check_embeddings("queries", queries, 2)
+        if queries.shape[1] != self.dim or queries.device != self.device:
+            raise ValueError(f"queries must be [Q, {self.dim}] on {self.device} "
+                             f"(got {tuple(queries.shape)} on {queries.device})")
+        num_q = queries.shape[0]
+        if out is None:
+            out = torch.empty(num_q, self.num_keys, dtype=torch.float32, device=self.device)
+        elif out.shape != (num_q, self.num_keys) or out.dtype != torch.float32 or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous float32 [{num_q}, {self.num_keys}] tensor "
+                             f"(got {out.dtype} {tuple(out.shape)})")
+        q32 = queries.float()
+        qn = q32 * inverse_or_zero(torch.linalg.vector_norm(q32, dim=1)).unsqueeze(1)
+        if self.keys.dtype == torch.float32:
+            torch.mm(qn, self.keys.T, out=out)
+        else:
+            step = chunk_size or self.chunk_size
+            for start in range(0, self.num_keys, step):
+                chunk = self.keys[start:start + step].float()
+                out[:, start:start + chunk.shape[0]] = qn @ chunk.T
+        return out.mul_(self.inv_norm)
+
+    def cosine(self, queries: Tensor, ids: Tensor) -> Tensor:
+        """Exact float32 cosines of each query with its own list of keys.
+
+        Args:
+            queries: ``[Q, D]``; ids: int64 ``[Q, n]`` key ids, ``-1`` for padding.
+
+        Returns:
+            float32 ``[Q, n]``; 0 at padding and for zero-norm vectors.
+
+        Shapes:
+            ``[Q, D], [Q, n] -> [Q, n]``; memory ``n * D * (4 + itemsize)`` bytes per query.
+        """
+        if ids.dim() != 2 or ids.shape[0] != queries.shape[0]:
+            raise ValueError(f"ids must be [Q, n] with Q={queries.shape[0]} (got shape {tuple(ids.shape)})")
+        safe = ids.clamp(min=0).reshape(-1)
+        q32 = queries.float()
+        qn = q32 * inverse_or_zero(torch.linalg.vector_norm(q32, dim=1)).unsqueeze(1)  # [Q, D]
+        gathered = self.keys.index_select(0, safe).view(*ids.shape, self.dim).float()  # [Q, n, D]
+        dots = torch.bmm(gathered, qn.unsqueeze(2)).squeeze(2)  # [Q, n] float32
+        return torch.where(ids >= 0, dots * self.inv_norm.index_select(0, safe).view(ids.shape), 0.0)
+
+    def __repr__(self) -> str:
+        return f"DenseIndex(backend={self.backend!r}, num_keys={self.num_keys}, dim={self.dim}, device={self.device})"

@@ -1,0 +1,88 @@
+import pytest
+import torch
+from hop_checks import assert_topk_equivalent
+
+from hpengine.retrieval import DenseIndex, dense_topk
+from hpengine.testing import with_devices, with_package
+
+
+def brute_force(queries, keys):
+    """All inner products, float64 (the reference)."""
+    return queries.double().cpu() @ keys.double().cpu().T
+
+
+@with_devices
+@pytest.mark.parametrize("chunk", [1, 5, 17, 1000])
+def test_dense_topk_matches_brute_force(chunk, device):
+    gen = torch.Generator().manual_seed(0)
+    q, keys = torch.randn(7, 8, generator=gen), torch.randn(50, 8, generator=gen)
+    keys[3] = keys[4]  # a tie
+    scores, ids = dense_topk(q.to(device), keys.to(device), 6, chunk)
+    assert scores.device == torch.device(device) and ids.dtype == torch.int64
+    full = brute_force(q, keys)
+    for i in range(7):
+        assert_topk_equivalent(ids[i].cpu(), scores[i].cpu(), dict(enumerate(full[i].tolist())), 6)
+
+
+@with_devices
+def test_dense_topk_k_larger_than_n_and_empty(device):
+    q, keys = torch.randn(3, 4, device=device), torch.randn(5, 4, device=device)
+    scores, ids = dense_topk(q, keys, 8, 2)
+    assert (ids[:, 5:] == -1).all() and torch.isneginf(scores[:, 5:]).all()
+    assert sorted(ids[0, :5].tolist()) == list(range(5))
+    scores, ids = dense_topk(q, keys[:0], 3)
+    assert ids.shape == (3, 3) and (ids == -1).all()
+
+
+@with_devices
+def test_dense_topk_low_precision_accumulates_in_float32(device):
+    gen = torch.Generator().manual_seed(1)
+    q, keys = torch.randn(4, 64, generator=gen), torch.randn(30, 64, generator=gen)
+    scores, ids = dense_topk(q.bfloat16().to(device), keys.bfloat16().to(device), 3)
+    assert scores.dtype == torch.float32
+    full = brute_force(q.bfloat16(), keys.bfloat16())
+    torch.testing.assert_close(scores.cpu().double(), full.gather(1, ids.cpu()), atol=1e-4, rtol=1e-5)
+
+
+@with_devices
+def test_dense_index_exact_is_cosine(device):
+    gen = torch.Generator().manual_seed(2)
+    keys = torch.randn(40, 6, generator=gen) * torch.rand(40, 1, generator=gen) * 5
+    keys[7] = 0.0  # zero-norm key: cosine 0, never NaN
+    q = torch.randn(5, 6, generator=gen)
+    index = DenseIndex(keys.to(device))
+    scores, ids = index.search(q.to(device), 4)
+    kn = keys / keys.norm(dim=1, keepdim=True).clamp(min=1e-30)
+    cos = (q / q.norm(dim=1, keepdim=True)) @ kn.T
+    for i in range(5):
+        assert_topk_equivalent(ids[i].cpu(), scores[i].cpu(), dict(enumerate(cos[i].tolist())), 4)
+    got = index.cosine(q.to(device), torch.tensor([[7, 0, -1]] * 5, device=device)).cpu()
+    torch.testing.assert_close(got, torch.stack([torch.zeros(5), cos[:, 0], torch.zeros(5)], 1), atol=1e-6, rtol=0)
+
+
+@with_package("faiss")
+def test_faiss_backends():
+    gen = torch.Generator().manual_seed(3)
+    keys, q = torch.randn(500, 16, generator=gen), torch.randn(9, 16, generator=gen)
+    exact = DenseIndex(keys).search(q, 5)
+    flat = DenseIndex(keys, backend="faiss_flat").search(q, 5)
+    torch.testing.assert_close(flat[0], exact[0], atol=1e-5, rtol=0)
+    assert torch.equal(flat[1], exact[1])
+    ivf = DenseIndex(keys, backend="faiss_ivf", nlist=12, nprobe=12)  # all cells probed
+    torch.testing.assert_close(ivf.search(q, 5)[0], exact[0], atol=1e-5, rtol=0)
+    coarse = DenseIndex(keys, backend="faiss_ivf", nlist=12, nprobe=1).search(q, 5)
+    assert coarse[1].shape == (9, 5) and coarse[1].dtype == torch.int64  # approximate, may pad with -1
+    assert torch.isneginf(coarse[0][coarse[1] < 0]).all()
+
+
+def test_dense_errors():
+    with pytest.raises(ValueError, match="same dim"):
+        dense_topk(torch.randn(2, 3), torch.randn(4, 5), 1)
+    with pytest.raises(TypeError, match="floating point"):
+        dense_topk(torch.ones(2, 3, dtype=torch.long), torch.randn(4, 3), 1)
+    with pytest.raises(ValueError, match="chunk_size"):
+        dense_topk(torch.randn(2, 3), torch.randn(4, 3), 1, chunk_size=0)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        DenseIndex(torch.randn(4, 3), backend="hnsw")
+    with pytest.raises(ValueError, match="D=3"):
+        DenseIndex(torch.randn(4, 3)).search(torch.randn(2, 5), 1)
