@@ -10,3 +10,8 @@ __all__ += ["CorpusLoad", "Passage", "load_corpus", "builtin_corpus_path", "buil
 from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, synonym_pairs
 
 __all__ += ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]
+
+from hpengine.graph._builder import add_passages, build_index
+from hpengine.graph._index import FORMAT_VERSION, Index, IndexFormatError
+
+__all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "add_passages", "build_index"]

@@ -108,6 +108,7 @@ class Engine:
         self._passage_crow = torch.cat([pcounts.new_zeros(1), torch.cumsum(pcounts, 0)])
         self._passage_facts = order
         self._fact_index = None  # built on first use, once per engine (FAISS training is not per hop)
+        self._workspace: dict = {}  # the hop's scratch buffers, reused across hops and batches
 
     # -------------------------------------------------------------- helpers
     def _facts_index(self):
@@ -223,7 +224,7 @@ class Engine:
             query_emb = self._encode(texts)
             with self.timer.stage("retrieve"):
                 hop = hyperprove_hop(graph, idx.fact_emb, query_emb, frontier, active=active,
-                                     index=self._facts_index(), cfg=self.retrieval)
+                                     index=self._facts_index(), cfg=self.retrieval, workspace=self._workspace)
             frontier = hop.frontier
             if cfg.diagnostics:
                 self._record_diagnostics(diagnostics, hop, active_list)

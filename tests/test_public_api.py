@@ -1,0 +1,32 @@
+"""Pins the public import paths: moving a file must not break users."""
+import hpengine
+
+
+def test_top_level_exports():
+    assert set(hpengine.__all__) == {
+        "Engine", "EngineConfig", "EncoderConfig", "EvalConfig", "ExtractorConfig", "GraphConfig", "HyperGraph",
+        "IndexConfig", "ModelConfig", "RetrievalConfig", "__version__"}
+    assert isinstance(hpengine.__version__, str)
+
+
+def test_subpackage_paths():
+    from hpengine.eval import exact_match, f1_score, load_questions, recall_at_k  # noqa: F401
+    from hpengine.graph import (HyperGraph, Index, IndexFormatError, Passage, add_passages,  # noqa: F401
+                                build_index, load_corpus, synonym_pairs)
+    from hpengine.models import Encoder, FastExtractor, LLMExtractor, batched_generate  # noqa: F401
+    from hpengine.pipeline.cli import main  # noqa: F401
+    from hpengine.retrieval import DenseIndex, HopResult, dense_topk, hyperprove_hop  # noqa: F401
+    from hpengine.sparse import TransitionOperator, node_degree  # noqa: F401
+    from hpengine.testing import with_devices  # noqa: F401
+    from hpengine.testing.reference import dense_transition, reference_hop  # noqa: F401
+    from hpengine.typing import WITH_FAISS, WITH_FAISS_GPU, WITH_TRITON  # noqa: F401
+
+
+def test_library_does_not_import_hydra():
+    import subprocess
+    import sys
+
+    code = ("import sys, hpengine, hpengine.graph, hpengine.retrieval, hpengine.models, hpengine.pipeline, "
+            "hpengine.eval; print('hydra' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
