@@ -36,7 +36,8 @@ class EncoderConfig:
 
     name_or_path: str = "minilm"
     dtype: str = "bfloat16"  # float32 | bfloat16 | float16
-    batch_size: int = 128
+    batch_size: int = 128  # fixed batch size, used when max_tokens_per_batch is 0
+    max_tokens_per_batch: int = 16384  # texts per forward pass chosen so that batch * longest <= this
     max_length: int = 256
     pooling: str = "mean"  # mean | cls
     normalize: bool = True

@@ -105,11 +105,13 @@ class Encoder:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
         model = AutoModel.from_pretrained(path, dtype=_DTYPES[cfg.dtype], local_files_only=local_only)
         self._setup(model.to(cfg.device), tokenizer, name=cfg.name_or_path, batch_size=cfg.batch_size,
-                    max_length=cfg.max_length, pooling=cfg.pooling, normalize=cfg.normalize)
+                    max_length=cfg.max_length, pooling=cfg.pooling, normalize=cfg.normalize,
+                    max_tokens_per_batch=cfg.max_tokens_per_batch)
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, tokenizer: Any, *, name: str, batch_size: int = 128,
-                   max_length: int = 256, pooling: str = "mean", normalize: bool = True) -> "Encoder":
+                   max_length: int = 256, pooling: str = "mean", normalize: bool = True,
+                   max_tokens_per_batch: int = 0) -> "Encoder":
         """Wrap an already loaded HF encoder model (tests, custom or fine-tuned models).
 
         The model is used as is: its device and dtype decide where and how it runs.
@@ -122,6 +124,7 @@ class Encoder:
             max_length: tokens kept per text (longer texts are truncated). Default 256.
             pooling: ``"mean"`` (masked mean over tokens) or ``"cls"`` (first token). Default mean.
             normalize: L2-normalise the embeddings. Default True.
+            max_tokens_per_batch: token budget per forward pass (0: fixed ``batch_size``). Default 0.
 
         Returns:
             An :class:`Encoder`.
@@ -130,10 +133,11 @@ class Encoder:
             raise ValueError(f"name must be a non-empty str (got {name!r})")
         self = cls.__new__(cls)
         self._setup(model, tokenizer, name=name, batch_size=batch_size, max_length=max_length,
-                    pooling=pooling, normalize=normalize)
+                    pooling=pooling, normalize=normalize, max_tokens_per_batch=max_tokens_per_batch)
         return self
 
-    def _setup(self, model, tokenizer, *, name, batch_size, max_length, pooling, normalize) -> None:
+    def _setup(self, model, tokenizer, *, name, batch_size, max_length, pooling, normalize,
+               max_tokens_per_batch=0) -> None:
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {list(_POOLINGS)} (got {pooling!r})")
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
@@ -146,6 +150,9 @@ class Encoder:
         self.pooling = pooling
         self.normalize = bool(normalize)
         self._model_name = name
+        if not isinstance(max_tokens_per_batch, int) or max_tokens_per_batch < 0:
+            raise ValueError(f"max_tokens_per_batch must be an int >= 0 (got {max_tokens_per_batch!r})")
+        self.max_tokens_per_batch = max_tokens_per_batch
 
     @property
     def name(self) -> str:
@@ -165,10 +172,17 @@ class Encoder:
     def encode(self, texts: list[str], *, batch_size: int | None = None, progress: bool = False) -> Tensor:
         """Embed ``texts``.
 
+        Texts are tokenised once, sorted by token length (longest first) and cut into batches.
+        With ``max_tokens_per_batch > 0`` (the default from the config) and no explicit
+        ``batch_size``, each batch holds as many texts as fit ``batch * longest <= budget``:
+        thousands of short entity names per forward pass, a few dozen passages. Otherwise batches
+        have a fixed ``batch_size``.
+
         Args:
             texts: N strings.
-            batch_size: texts per forward pass. Default: the encoder's ``batch_size``.
-            progress: show a tqdm bar over batches. Default False.
+            batch_size: fixed texts per forward pass (overrides the token budget). Default: the
+                encoder's token budget, or its ``batch_size`` when the budget is 0.
+            progress: show a tqdm bar over texts. Default False.
 
         Returns:
             float32 ``[N, D]`` on :attr:`device`, in input order, unit-norm rows when ``normalize``.
@@ -178,28 +192,42 @@ class Encoder:
             texts: ``N`` -> ``[N, D]``.
         """
         _check_texts(texts)
-        batch_size = self.batch_size if batch_size is None else batch_size
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be an int >= 1 (got {batch_size!r})")
         device = self.device
         out = torch.empty(len(texts), self.dim, dtype=torch.float32, device=device)
+        if not texts:
+            return out
+        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
+        keys = [k for k in _MODEL_INPUTS if k in encoded]
+        lengths = [len(ids) for ids in encoded["input_ids"]]
         # longest first (as sentence-transformers): similar lengths share a batch, less padding,
         # and the largest batch runs first so an out-of-memory error shows up immediately
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        starts = range(0, len(texts), batch_size)
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            starts = tqdm(starts, desc="encode", unit="batch")
+            bar = tqdm(total=len(texts), desc="encode", unit="text")
         with torch.inference_mode():
-            for start in starts:
-                ids = order[start:start + batch_size]
-                out[torch.tensor(ids, device=device)] = self._embed_batch([texts[i] for i in ids], device)
+            start = 0
+            while start < len(order):
+                if batch_size is None and self.max_tokens_per_batch > 0:
+                    size = max(1, self.max_tokens_per_batch // max(lengths[order[start]], 1))
+                else:
+                    size = batch_size or self.batch_size
+                ids = order[start:start + size]
+                features = {k: [encoded[k][i] for i in ids] for k in keys}
+                batch = self.tokenizer.pad(features, return_tensors="pt")
+                out[torch.tensor(ids, device=device)] = self._embed_tokens(batch, device)
+                start += size
+                if bar is not None:
+                    bar.update(len(ids))
+        if bar is not None:
+            bar.close()
         return out
 
-    def _embed_batch(self, texts: list[str], device: torch.device) -> Tensor:
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
-                               return_tensors="pt")
+    def _embed_tokens(self, batch, device: torch.device) -> Tensor:
         inputs = {k: v.to(device) for k, v in batch.items() if k in _MODEL_INPUTS}
         hidden = self.model(**inputs).last_hidden_state  # [B, T, D] model dtype
         if self.pooling == "mean":

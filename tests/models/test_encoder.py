@@ -72,6 +72,15 @@ def test_order_restored_and_batch_size_invariant(tiny):
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("budget", [1, 7, 40, 10_000])
+def test_token_budget_batching_matches_reference(tiny, budget):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="tiny", max_length=64, max_tokens_per_batch=budget)
+    torch.testing.assert_close(enc.encode(TEXTS), _reference(model, tokenizer, TEXTS), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="max_tokens_per_batch"):
+        Encoder.from_model(model, tokenizer, name="tiny", max_tokens_per_batch=-1)
+
+
 def test_normalised_and_empty(tiny):
     model, tokenizer = tiny
     enc = Encoder.from_model(model, tokenizer, name="tiny")
