@@ -88,6 +88,7 @@ class GraphConfig:
     synonym_max_per_entity: int = 16  # top-k cap of the blocked nearest-neighbour search
     synonym_block_size: int = 2048
     synonym_backend: str = "torch"  # torch | faiss
+    synonym_skip_digits: bool = True  # names with digits (dates, years) match only exactly
 
     def __post_init__(self):
         _check_range("graph.synonym_threshold", self.synonym_threshold, -1.0, 1.0)

@@ -54,10 +54,32 @@ def _pairs_tensor(flat: list, device) -> Tensor:
     return torch.tensor(flat, dtype=torch.int64, device=device).view(-1, 2).t().contiguous()
 
 
-def _synonyms_of(new_emb: Tensor, all_emb: Tensor, offset: int, cfg: GraphConfig) -> Tensor:
-    pairs = synonym_pairs(new_emb, all_emb, threshold=cfg.synonym_threshold, max_per_entity=cfg.synonym_max_per_entity,
-                          block_size=cfg.synonym_block_size, query_offset=offset, backend=cfg.synonym_backend)
-    return pairs
+def _synonym_eligible(names: list, cfg: GraphConfig, device) -> Tensor:
+    """bool ``[V]``: entities that take part in embedding synonym search.
+
+    With ``cfg.synonym_skip_digits`` names containing a digit (dates, years, numbered titles)
+    match only exactly: sentence embedders put "8 May 1958" and "February 4, 1958" above any
+    useful threshold, and such pairs would link unrelated facts.
+    """
+    if not cfg.synonym_skip_digits:
+        return torch.ones(len(names), dtype=torch.bool, device=device)
+    return torch.tensor([not any(ch.isdigit() for ch in name) for name in names], dtype=torch.bool, device=device)
+
+
+def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: GraphConfig) -> Tensor:
+    """Synonym pairs (new entity, any entity) among eligible entities, self pairs removed.
+
+    Shapes:
+        entity_emb ``[V, D]``, eligible ``[V]`` -> ``[2, n]``.
+    """
+    key_ids = torch.nonzero(eligible).squeeze(1)  # build time, not a hot path
+    query_ids = key_ids[key_ids >= first_new]
+    cap = cfg.synonym_max_per_entity + 1 if cfg.synonym_max_per_entity else 0  # +1: the entity itself
+    pairs = synonym_pairs(entity_emb[query_ids], entity_emb[key_ids], threshold=cfg.synonym_threshold,
+                          max_per_entity=cap, block_size=cfg.synonym_block_size, exclude_self=False,
+                          backend=cfg.synonym_backend)
+    pairs = torch.stack([query_ids[pairs[0]], key_ids[pairs[1]]])
+    return pairs[:, pairs[0] != pairs[1]]
 
 
 def build_index(passages: list, *, extractor, encoder, graph_cfg: GraphConfig | None = None,
@@ -138,7 +160,8 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
         if embed_passages:
             passage_emb = torch.cat([index.passage_emb, passage_emb.to(index.passage_emb.dtype)])
     with timer.stage("synonyms"):
-        new_syn = _synonyms_of(entity_emb[old_v:], entity_emb, old_v, graph_cfg)
+        names = ([] if index is None else index.entities) + asm.new_entities
+        new_syn = _synonyms_of(entity_emb, _synonym_eligible(names, graph_cfg, device), old_v, graph_cfg)
         old_syn = index.synonyms if index is not None else new_syn.new_zeros((2, 0))
         synonyms = symmetrize_pairs(torch.cat([old_syn, new_syn], dim=1))
     new_pairs = _pairs_tensor(asm.pairs, device)

@@ -152,3 +152,17 @@ def test_add_rejects_other_encoder():
     index, _ = build(["Alpha"])
     with pytest.raises(ValueError, match="encoder"):
         add_passages(index, passages("Kell"), extractor=ListExtractor(TABLE), encoder=HashingEncoder(dim=32))
+
+
+def test_names_with_digits_match_only_exactly():
+    table = {"A": [("A happened on 8 May 1958.", ["8 May 1958", "Grammy Award"])],
+             "B": [("B happened on 9 May 1958.", ["9 May 1958", "Grammy Awards"])]}
+    cfg = GraphConfig(synonym_threshold=0.3)
+    index, _ = build_index(passages("A", "B"), extractor=ListExtractor(table), encoder=HashingEncoder(), graph_cfg=cfg)
+    names = {(index.entities[a], index.entities[b]) for a, b in index.synonyms.t().tolist()}
+    assert ("Grammy Award", "Grammy Awards") in names
+    assert not any(any(c.isdigit() for c in a + b) for a, b in names)
+    loose, _ = build_index(passages("A", "B"), extractor=ListExtractor(table), encoder=HashingEncoder(),
+                           graph_cfg=GraphConfig(synonym_threshold=0.3, synonym_skip_digits=False))
+    loose_names = {(loose.entities[a], loose.entities[b]) for a, b in loose.synonyms.t().tolist()}
+    assert ("8 May 1958", "9 May 1958") in loose_names
