@@ -65,6 +65,10 @@ class EngineConfig:
     bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
     reader_passages: int = 5  # dense retriever: passages given to the reader
     diagnostics: bool = False  # record per-hop passage sets of seeds, subgraph and selected facts
+    passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order)
+    bridge_idf: bool = False  # weight bridge support by log(1 + H / d_e) (off: the dev sweep found it slightly worse)
+    bridge_skip_digits: bool = True  # dates and numbers are not carried as bridges (no-LLM mode)
+    bridge_skip_own_title: bool = True  # a fact's own passage title is its subject, not a bridge it points to
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
@@ -98,7 +102,7 @@ class Engine:
         self.timer = StageTimer(index.device)
         self.stats = {"questions": 0}
         graph = index.graph
-        raw = index.fact_entity_raw
+        raw = self._bridge_pairs(index)
         # CSR of the extracted (pre-synonym) incidence: bridges are entities the facts name
         counts = torch.bincount(raw[0], minlength=index.num_facts)
         self._raw_crow = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
@@ -107,10 +111,38 @@ class Engine:
         pcounts = torch.bincount(graph.fact_passage, minlength=index.num_passages)
         self._passage_crow = torch.cat([pcounts.new_zeros(1), torch.cumsum(pcounts, 0)])
         self._passage_facts = order
+        self._bridge_weight = self._make_bridge_weight()
         self._fact_index = None  # built on first use, once per engine (FAISS training is not per hop)
         self._workspace: dict = {}  # the hop's scratch buffers, reused across hops and batches
 
     # -------------------------------------------------------------- helpers
+    def _bridge_pairs(self, index) -> Tensor:
+        """Extracted (fact, entity) pairs that may serve as bridges: with ``bridge_skip_own_title``
+        the title entity of a fact's own passage is dropped (the fact is about it; the next hop
+        needs what it points to)."""
+        raw = index.fact_entity_raw
+        if not self.config.bridge_skip_own_title or raw.numel() == 0:
+            return raw
+        from hpengine.models._entities import entity_key
+
+        key_to_id = {entity_key(name): i for i, name in enumerate(index.entities)}
+        title_entity = torch.tensor([key_to_id.get(entity_key(p.title), -1) for p in index.passages],
+                                    dtype=torch.int64, device=raw.device)  # [P]
+        own = title_entity[index.fact_passage[raw[0]]] == raw[1]
+        return raw[:, ~own]
+
+    def _make_bridge_weight(self) -> Tensor:
+        """float ``[V]`` multiplier of bridge support (IDF of the extracted incidence, 0 for barred names)."""
+        idx, cfg = self.index, self.config
+        weight = torch.ones(idx.num_entities, device=idx.device)
+        if cfg.bridge_idf:
+            degree = torch.bincount(idx.fact_entity_raw[1], minlength=idx.num_entities).float()
+            weight = torch.log1p(idx.num_facts / degree.clamp_min(1.0))
+        if cfg.bridge_skip_digits:
+            ok = torch.tensor([not any(c.isdigit() for c in name) for name in idx.entities], device=idx.device)
+            weight = weight * ok
+        return weight
+
     def _facts_index(self):
         if self._fact_index is None:
             from hpengine.retrieval import DenseIndex
@@ -155,7 +187,8 @@ class Engine:
 
     def _bridges(self, questions: list, fact_ids: Tensor, scores: Tensor, used: list) -> list:
         excluded = self._named_pairs(questions, fact_ids, used)
-        ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, self.index.num_entities)
+        ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, self.index.num_entities,
+                                 self._bridge_weight)
         out = []
         for qi, e in enumerate(ent.tolist()):
             if e >= 0:
@@ -247,7 +280,8 @@ class Engine:
             with self.timer.stage("read"):
                 final = self.reader.read(questions, self._frontier_texts(frontier), final=True)
         dense = self._dense_passages(self._encode(questions), cfg.passage_width)
-        ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width)
+        ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width,
+                               facts_per_hop=self.retrieval.top_k, passages_per_hop=cfg.passages_per_hop)
         return [Prediction(questions[i], final[i], chains[i], [p for p in ranked[i].tolist() if p >= 0],
                            diagnostics[i]) for i in range(q)]
 

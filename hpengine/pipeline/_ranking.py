@@ -44,26 +44,48 @@ def compact(ids: Tensor, keep: Tensor, width: int) -> Tensor:
     return torch.cat([out, out.new_full((q, width - n), -1)], dim=1)
 
 
-def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Tensor, width: int) -> Tensor:
+def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Tensor, width: int,
+                  facts_per_hop: int = 0, passages_per_hop: int = 0) -> Tensor:
     """Ranked passage ids per question: passages of the chain's facts (in chain order: by hop,
     then score), then the dense passage ranking to fill up; duplicates removed.
+
+    With ``passages_per_hop > 0`` (and the chain laid out in blocks of ``facts_per_hop`` columns,
+    one block per hop, as ``hyperprove_hop`` builds the frontier), only the first
+    ``passages_per_hop`` new passages of each hop come first; the chain's other passages follow,
+    still by hop then score, before the dense fill. This keeps one hop's many facts from one
+    area of the corpus from pushing later hops' passages out of the top ranks.
 
     Args:
         chain_facts: int64 ``[Q, F]`` fact ids in chain order, ``-1`` padded.
         fact_passage: int64 ``[H]`` (sigma).
         dense_passages: int64 ``[Q, R]`` dense passage ranking, ``-1`` padded.
         width: passages to return per question.
+        facts_per_hop: K, the width of each hop's block of ``chain_facts`` (needed for the cap).
+        passages_per_hop: cap of leading passages per hop (0: no cap).
 
     Returns:
         int64 ``[Q, width]``, ``-1`` padded.
     """
     from_chain = torch.where(chain_facts >= 0, fact_passage[chain_facts.clamp_min(0)], torch.full_like(chain_facts, -1))
     ids = torch.cat([from_chain, dense_passages], dim=1)
-    return compact(ids, first_occurrence(ids), width)
+    keep = first_occurrence(ids)
+    if passages_per_hop > 0 and facts_per_hop > 0 and from_chain.shape[1] > 0:
+        f = from_chain.shape[1]
+        new = keep[:, :f].view(keep.shape[0], -1, facts_per_hop).to(torch.int64)
+        rank_in_hop = (torch.cumsum(new, dim=2) - new).view(keep.shape[0], f)  # new passages before this one
+        col = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        secondary = torch.zeros_like(keep)
+        secondary[:, :f] = rank_in_hop >= passages_per_hop
+        dense_part = col >= f
+        # order: capped chain passages, other chain passages, dense fill; column order within each
+        priority = col + secondary.to(torch.int64) * ids.shape[1] + dense_part.to(torch.int64) * 2 * ids.shape[1]
+        order = torch.argsort(torch.where(keep, priority, priority + 3 * ids.shape[1]), dim=1, stable=True)
+        ids, keep = ids.gather(1, order), keep.gather(1, order)
+    return compact(ids, keep, width)
 
 
 def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
-                    excluded: Tensor, num_entities: int) -> tuple[Tensor, Tensor]:
+                    excluded: Tensor, num_entities: int, entity_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Best-supported entity of each question's selected facts (no-LLM bridge, SPEC §2 no-LLM mode).
 
     An entity's support is the sum of the (positive part of the) scores of the selected facts
@@ -75,6 +97,8 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
         incidence_crow, incidence_col: CSR arrays of the fact -> entity incidence ``[H, V]``.
         excluded: int64 ``[2, n]`` (question, entity) pairs that may not be chosen.
         num_entities: V.
+        entity_weight: optional float ``[V]`` multiplier of each entity's support (e.g. an IDF
+            that keeps hubs such as nationalities from winning; 0 bars an entity).
 
     Returns:
         ``(entity [Q], support [Q])``; entity ``-1`` and support 0 when no candidate exists.
@@ -89,6 +113,8 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
     offsets = torch.arange(rows.numel(), device=flat.device) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
     ents = incidence_col[start[rows] + offsets]
     weight = scores.reshape(-1)[rows].clamp_min(0).float() + 1e-6  # a selected fact always gives some support
+    if entity_weight is not None:
+        weight = weight * entity_weight[ents]
     question = rows // k
     key = question * num_entities + ents
     uniq, inverse = torch.unique(key, return_inverse=True)
