@@ -18,6 +18,7 @@ from hpengine.models._decomposer import rewrite
 from hpengine.models._entities import entity_key
 from hpengine.models._reader import is_unknown
 from hpengine.pipeline._ranking import bridge_entities, rank_passages
+from hpengine.sparse import gather_csr_rows
 
 RETRIEVERS = ("hyperprove", "dense")
 
@@ -170,20 +171,14 @@ class Engine:
         """(question, entity) pairs of candidate bridge entities that the question already names
         or that earlier hops already used. String matching is per question by nature."""
         q, k = fact_ids.shape
-        flat = fact_ids.reshape(-1)
-        valid = flat >= 0
-        safe = flat.clamp_min(0)
-        start = self._raw_crow[safe]
-        count = torch.where(valid, self._raw_crow[safe + 1] - start, torch.zeros_like(start))
-        rows = torch.repeat_interleave(torch.arange(q * k, device=flat.device), count)
-        off = torch.arange(rows.numel(), device=flat.device) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
-        pairs = torch.unique(torch.stack([rows // k, self._raw_col[start[rows] + off]]), dim=1)
+        rows, ents = gather_csr_rows(self._raw_crow, self._raw_col, fact_ids.reshape(-1))
+        pairs = torch.unique(torch.stack([rows // k, ents]), dim=1)
         lowered = [" " + entity_key(text) + " " for text in questions]
         bad = [(qi, e) for qi, e in pairs.t().tolist()  # host copy: text matching below
                if e in used[qi] or f"{entity_key(self.index.entities[e])}" in lowered[qi]]
         if not bad:
             return pairs.new_zeros((2, 0))
-        return torch.tensor(bad, dtype=torch.int64, device=flat.device).t()
+        return torch.tensor(bad, dtype=torch.int64, device=fact_ids.device).t()
 
     def _bridges(self, questions: list, fact_ids: Tensor, scores: Tensor, used: list) -> list:
         excluded = self._named_pairs(questions, fact_ids, used)

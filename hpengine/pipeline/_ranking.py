@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hpengine.sparse import gather_csr_rows
+
 
 def first_occurrence(ids: Tensor) -> Tensor:
     """Mask of the first occurrence of each non-negative id in every row.
@@ -105,13 +107,7 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
     """
     q, k = fact_ids.shape
     flat = fact_ids.reshape(-1)
-    valid = flat >= 0
-    safe = flat.clamp_min(0)
-    start = incidence_crow[safe]
-    count = torch.where(valid, incidence_crow[safe + 1] - start, torch.zeros_like(start))
-    rows = torch.repeat_interleave(torch.arange(q * k, device=flat.device), count)
-    offsets = torch.arange(rows.numel(), device=flat.device) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
-    ents = incidence_col[start[rows] + offsets]
+    rows, ents = gather_csr_rows(incidence_crow, incidence_col, flat)
     weight = scores.reshape(-1)[rows].clamp_min(0).float() + 1e-6  # a selected fact always gives some support
     if entity_weight is not None:
         weight = weight * entity_weight[ents]

@@ -3,6 +3,7 @@ from hpengine.sparse._incidence import (
     augmented_incidence,
     coalesce_pairs,
     csr_from_sorted_pairs,
+    gather_csr_rows,
     inverse_or_zero,
     node_degree,
 )
@@ -13,6 +14,7 @@ __all__ = [
     "augmented_incidence",
     "coalesce_pairs",
     "csr_from_sorted_pairs",
+    "gather_csr_rows",
     "inverse_or_zero",
     "node_degree",
 ]

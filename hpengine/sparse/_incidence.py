@@ -89,3 +89,27 @@ def csr_from_sorted_pairs(pairs: Tensor, num_rows: int, num_cols: int, values: T
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(crow, pairs[1].contiguous(), values, size=(num_rows, num_cols),
                                        check_invariants=False)
+
+
+def gather_csr_rows(crow: Tensor, col: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Entries of the CSR rows ``rows`` (``-1`` rows are empty), flattened.
+
+    Args:
+        crow: int64 ``[R + 1]`` row pointers; col: int64 ``[nnz]`` column ids.
+        rows: int64 ``[n]`` row ids, ``-1`` for none.
+
+    Returns:
+        ``(position, column)``: for every entry, the index into ``rows`` it came from and its
+        column, in row order. The output size is data-dependent (one host sync to size it).
+
+    Example:
+        >>> gather_csr_rows(torch.tensor([0, 2, 3]), torch.tensor([5, 6, 7]), torch.tensor([1, -1, 0]))
+        (tensor([0, 2, 2]), tensor([7, 5, 6]))
+    """
+    safe = rows.clamp_min(0)
+    start = crow[safe]
+    count = torch.where(rows >= 0, crow[safe + 1] - start, torch.zeros_like(start))
+    position = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count)
+    offset = torch.arange(position.numel(), device=rows.device) - torch.repeat_interleave(
+        torch.cumsum(count, 0) - count, count)
+    return position, col[start[position] + offset]
