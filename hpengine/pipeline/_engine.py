@@ -69,6 +69,7 @@ class EngineConfig:
     passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order)
     bridge_idf: bool = False  # weight bridge support by log(1 + H / d_e) (off: the dev sweep found it slightly worse)
     bridge_skip_digits: bool = True  # dates and numbers are not carried as bridges (no-LLM mode)
+    bridge_reduce: str = "sum"  # sum | max of the scores of the facts naming a candidate bridge
     bridge_skip_own_title: bool = True  # a fact's own passage title is its subject, not a bridge it points to
 
     def __post_init__(self):
@@ -183,7 +184,7 @@ class Engine:
     def _bridges(self, questions: list, fact_ids: Tensor, scores: Tensor, used: list) -> list:
         excluded = self._named_pairs(questions, fact_ids, used)
         ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, self.index.num_entities,
-                                 self._bridge_weight)
+                                 self._bridge_weight, reduce=self.config.bridge_reduce)
         out = []
         for qi, e in enumerate(ent.tolist()):
             if e >= 0:

@@ -87,7 +87,8 @@ def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Ten
 
 
 def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
-                    excluded: Tensor, num_entities: int, entity_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                    excluded: Tensor, num_entities: int, entity_weight: Tensor | None = None,
+                    reduce: str = "sum") -> tuple[Tensor, Tensor]:
     """Best-supported entity of each question's selected facts (no-LLM bridge, SPEC §2 no-LLM mode).
 
     An entity's support is the sum of the (positive part of the) scores of the selected facts
@@ -101,6 +102,7 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
         num_entities: V.
         entity_weight: optional float ``[V]`` multiplier of each entity's support (e.g. an IDF
             that keeps hubs such as nationalities from winning; 0 bars an entity).
+        reduce: ``"sum"`` of the supporting facts' scores, or ``"max"`` (the best fact naming it).
 
     Returns:
         ``(entity [Q], support [Q])``; entity ``-1`` and support 0 when no candidate exists.
@@ -114,7 +116,13 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
     question = rows // k
     key = question * num_entities + ents
     uniq, inverse = torch.unique(key, return_inverse=True)
-    total = torch.zeros(uniq.numel(), device=flat.device).index_add_(0, inverse, weight)
+    if reduce not in ("sum", "max"):
+        raise ValueError(f"reduce must be 'sum' or 'max' (got {reduce!r})")
+    total = torch.zeros(uniq.numel(), device=flat.device)
+    if reduce == "sum":
+        total.index_add_(0, inverse, weight)
+    else:
+        total.scatter_reduce_(0, inverse, weight, reduce="amax")
     if excluded.numel():
         bad = excluded[0] * num_entities + excluded[1]
         total = torch.where(torch.isin(uniq, bad), torch.zeros_like(total), total)

@@ -43,3 +43,16 @@ def test_bridge_entities_by_support_with_exclusions():
     # without exclusion, entity 0 has support 0.9 in question 0
     ent, _ = bridge_entities(fact_ids, scores, crow, col, torch.zeros(2, 0, dtype=torch.long), 3)
     assert ent.tolist() == [0, 1, -1]
+
+
+def test_bridge_entities_max_reduce_and_weights():
+    crow, col = torch.tensor([0, 2, 3, 5]), torch.tensor([0, 1, 1, 0, 2])
+    fact_ids = torch.tensor([[0, 1, 2]])
+    scores = torch.tensor([[0.5, 0.45, 0.4]])
+    none = torch.zeros(2, 0, dtype=torch.long)
+    # sum: entity 0 (0.9) and 1 (0.95); max: entity 0 (0.5) and 1 (0.5) tie -> lowest id
+    assert bridge_entities(fact_ids, scores, crow, col, none, 3)[0].tolist() == [1]
+    assert bridge_entities(fact_ids, scores, crow, col, none, 3, reduce="max")[0].tolist() == [0]
+    # a zero weight bars an entity
+    weight = torch.tensor([0.0, 1.0, 1.0])
+    assert bridge_entities(fact_ids, scores, crow, col, none, 3, weight, reduce="max")[0].tolist() == [1]
