@@ -4,12 +4,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-PROMPT_VERSION = "decompose-v1"
+PROMPT_VERSION = "decompose-v2"
 
 _INSTRUCTION = (
-    "Break the question into the simple sub-questions needed to answer it, one per line, numbered. "
-    "A later sub-question refers to the answer of an earlier one as #1, #2, ... "
-    "Use at most {max_hops} sub-questions. Output only the numbered list."
+    "You break a multi-hop question into the simple sub-questions needed to answer it, one per line, "
+    "numbered. A later sub-question refers to the answer of an earlier one as #1, #2, ... "
+    "Use at most {max_hops} sub-questions. Here are worked examples."
 )
 _EXAMPLES = [
     ("Who is the mother of the director of film Polish-Russian War?",
@@ -27,11 +27,15 @@ _REF = re.compile(r"#(\d+)")
 def decomposition_prompt(question: str, max_hops: int) -> str:
     """The few-shot decomposition prompt for one question."""
     parts = [_INSTRUCTION.format(max_hops=max_hops), ""]
-    for q, subs in _EXAMPLES:
+    for n, (q, subs) in enumerate(_EXAMPLES, 1):
+        parts.append(f"Example {n}")
         parts.append(f"Question: {q}")
+        parts.append("Sub-questions:")
         parts.extend(f"{i}. {s}" for i, s in enumerate(subs, 1))
         parts.append("")
+    parts.append("Now decompose only the following question. Output only its numbered sub-questions.")
     parts.append(f"Question: {question}")
+    parts.append("Sub-questions:")
     return "\n".join(parts)
 
 
@@ -43,7 +47,7 @@ def parse_plan(text: str, max_hops: int) -> list[str] | None:
     """
     subs: list[str] = []
     for line in text.strip().splitlines():
-        if line.strip().lower().startswith("question:"):
+        if line.strip().lower().startswith(("question:", "example")):
             if subs:
                 break
             continue

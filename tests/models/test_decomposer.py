@@ -18,7 +18,7 @@ def test_rewrite_substitutes_answers():
 
 def test_prompts_and_answers():
     p = decomposition_prompt("Who is the father of the author of X?", 3)
-    assert p.endswith("Question: Who is the father of the author of X?") and "at most 3" in p
+    assert p.endswith("Question: Who is the father of the author of X?\nSub-questions:") and "at most 3" in p
     r = reading_prompt("Who?", ["Fact one.", "Fact two."], final=False)
     assert "- Fact one." in r and r.endswith("Answer:")
     assert clean_answer("Answer: Paris.\nmore") == "Paris"
