@@ -115,7 +115,8 @@ class Engine:
         self._passage_facts = order
         self._bridge_weight = self._make_bridge_weight()
         self._fact_index = None  # built on first use, once per engine (FAISS training is not per hop)
-        self._workspace: dict = {}  # the hop's scratch buffers, reused across hops and batches
+        self._workspace: dict = {}
+        self._fp_list: list | None = None  # the hop's scratch buffers, reused across hops and batches
 
     # -------------------------------------------------------------- helpers
     def _bridge_pairs(self, index) -> Tensor:
@@ -196,8 +197,9 @@ class Engine:
 
     def _chain_facts(self, fact_ids: Tensor, scores: Tensor, distance: Tensor) -> list:
         idx = self.index
-        fp = idx.fact_passage.tolist() if not hasattr(self, "_fp_list") else self._fp_list
-        self._fp_list = fp
+        if self._fp_list is None:  # host copy of sigma, once: chain records are text
+            self._fp_list = idx.fact_passage.tolist()
+        fp = self._fp_list
         out = []
         for ids, sc, ds in zip(fact_ids.tolist(), scores.tolist(), distance.tolist()):
             out.append([ChainFact(idx.facts[f], idx.passages[fp[f]].title, fp[f], round(s, 5), d)
