@@ -7,7 +7,6 @@ Library functions take these dataclasses (or plain kwargs); they never see a Hyd
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 _DEVICES_HINT = "a torch device string such as 'cpu', 'cuda' or 'cuda:0'"
 

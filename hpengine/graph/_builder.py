@@ -8,7 +8,6 @@ from torch import Tensor
 
 from hpengine._profiling import StageTimer
 from hpengine.config import GraphConfig
-from hpengine.graph._corpus import Passage
 from hpengine.graph._index import Index
 from hpengine.graph._synonyms import symmetrize_pairs, synonym_pairs
 from hpengine.models._entities import entity_key, normalize_entity

@@ -1,8 +1,6 @@
 """The atomic-fact hypergraph: facts (hyperedges) over entities, each from one passage."""
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor
 
@@ -179,7 +177,3 @@ class HyperGraph:
         return (f"HyperGraph(num_facts={self.num_facts}, num_entities={self.num_entities}, "
                 f"num_passages={self.num_passages}, nnz={self.nnz}, device={self.device})")
 
-
-def warn_conversion(what: str) -> None:
-    """Warn once per call site about an implicit layout conversion on a hot path."""
-    warnings.warn(f"implicit conversion: {what}; convert once at build time", UserWarning, stacklevel=3)

@@ -72,7 +72,7 @@ def _eval_task(cfg) -> None:
 
 
 def _demo_task(cfg) -> None:
-    from hpengine.pipeline._eval_job import format_prediction, run_demo, summary_table
+    from hpengine.pipeline._eval_job import run_demo, summary_table
     from hpengine.pipeline._index_job import format_report
 
     dcfg = _to_dataclass(cfg)

@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from hpengine.config import ExtractorConfig, GraphConfig, RetrievalConfig
 from hpengine.eval import load_questions

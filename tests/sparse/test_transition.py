@@ -108,3 +108,19 @@ def test_relabeling_permutes_output():
     fp2 = fp[perm]
     t2 = HyperGraph.from_incidence(fe2, fp2, v, p).transition(torch.float64).to_dense()
     torch.testing.assert_close(t2, t[perm][:, perm])
+
+
+def test_incidence_csr_views():
+    fe, fp, v, p = random_hypergraph(2)
+    g = HyperGraph.from_incidence(fe, fp, v, p)
+    b_he = torch.zeros(fp.numel(), v)
+    b_he[g.fact_entity[0], g.fact_entity[1]] = 1.0
+    b_hd = torch.zeros(fp.numel(), p)
+    b_hd[torch.arange(fp.numel()), fp] = 1.0
+    torch.testing.assert_close(g.incidence("entity").to_dense(), b_he)
+    torch.testing.assert_close(g.incidence("entity_t").to_dense(), b_he.T)
+    torch.testing.assert_close(g.incidence("passage").to_dense(), b_hd)
+    torch.testing.assert_close(g.incidence("passage_t").to_dense(), b_hd.T)
+    assert g.incidence("entity") is g.incidence("entity")  # built once, cached
+    with pytest.raises(ValueError, match="kind must be one of"):
+        g.incidence("fact")
