@@ -17,7 +17,12 @@ from hpengine.config import RetrievalConfig
 from hpengine.models._decomposer import rewrite
 from hpengine.models._entities import entity_key
 from hpengine.models._reader import is_unknown
-from hpengine.pipeline._ranking import bridge_entities, rank_passages
+from hpengine.pipeline._ranking import (
+    _best_home,
+    bridge_entities,
+    linked_bridges,
+    rank_passages,
+)
 from hpengine.sparse import gather_csr_rows
 
 RETRIEVERS = ("hyperprove", "dense")
@@ -37,6 +42,7 @@ class HopRecord:
     subquery: str  # as rewritten with the answers of earlier hops
     answer: str
     facts: list
+    linked: list = field(default_factory=list)  # passage ids titled with the hop's bridges / answer
 
 
 @dataclass
@@ -51,8 +57,8 @@ class Prediction:
         return {
             "question": self.question, "prediction": self.answer,
             "retrieved": [index.passages[p].title for p in self.passages],
-            "chain": [{"subquery": h.subquery, "answer": h.answer,
-                       "facts": [vars(f) for f in h.facts]} for h in self.chain],
+            "chain": [{"subquery": h.subquery, "answer": h.answer, "facts": [vars(f) for f in h.facts],
+                       "linked": [index.passages[p].title for p in h.linked]} for h in self.chain],
         }
 
 
@@ -71,12 +77,17 @@ class EngineConfig:
     bridge_skip_digits: bool = True  # dates and numbers are not carried as bridges (no-LLM mode)
     bridge_reduce: str = "sum"  # sum | max of the scores of the facts naming a candidate bridge
     bridge_skip_own_title: bool = True  # a fact's own passage title is its subject, not a bridge it points to
+    bridge_lookahead: bool = True  # score bridges by the question's cosine with the passage titled with them
+    bridges_per_hop: int = 2  # no-LLM mode: bridges carried into the next query (bridge comparisons need two)
+    link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
             raise ValueError(f"retriever must be one of {list(RETRIEVERS)} (got {self.retriever!r})")
         if self.num_hops < 1:
             raise ValueError(f"num_hops must be >= 1 (got {self.num_hops})")
+        if self.bridges_per_hop < 1:
+            raise ValueError(f"bridges_per_hop must be >= 1 (got {self.bridges_per_hop})")
 
 
 class Engine:
@@ -104,6 +115,10 @@ class Engine:
         self.timer = StageTimer(index.device)
         self.stats = {"questions": 0}
         graph = index.graph
+        self._key_to_entity = {entity_key(name): i for i, name in enumerate(index.entities)}
+        self._title_entity = torch.tensor([self._key_to_entity.get(entity_key(p.title), -1) for p in index.passages],
+                                          dtype=torch.int64, device=index.device)  # [P]
+        self._home_crow, self._home_col = self._home_csr()
         raw = self._bridge_pairs(index)
         # CSR of the extracted (pre-synonym) incidence: bridges are entities the facts name
         counts = torch.bincount(raw[0], minlength=index.num_facts)
@@ -126,13 +141,16 @@ class Engine:
         raw = index.fact_entity_raw
         if not self.config.bridge_skip_own_title or raw.numel() == 0:
             return raw
-        from hpengine.models._entities import entity_key
-
-        key_to_id = {entity_key(name): i for i, name in enumerate(index.entities)}
-        title_entity = torch.tensor([key_to_id.get(entity_key(p.title), -1) for p in index.passages],
-                                    dtype=torch.int64, device=raw.device)  # [P]
-        own = title_entity[index.fact_passage[raw[0]]] == raw[1]
+        own = self._title_entity[index.fact_passage[raw[0]]] == raw[1]
         return raw[:, ~own]
+
+    def _home_csr(self) -> tuple[Tensor, Tensor]:
+        """CSR ``[V, P]`` of each entity's home passages: the passages titled with its name."""
+        titled = torch.nonzero(self._title_entity >= 0).squeeze(1)
+        entity = self._title_entity[titled]
+        order = torch.argsort(entity, stable=True)
+        counts = torch.bincount(entity, minlength=self.index.num_entities)
+        return torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)]), titled[order]
 
     def _make_bridge_weight(self) -> Tensor:
         """float ``[V]`` multiplier of bridge support (IDF of the extracted incidence, 0 for barred names)."""
@@ -182,18 +200,38 @@ class Engine:
             return pairs.new_zeros((2, 0))
         return torch.tensor(bad, dtype=torch.int64, device=fact_ids.device).t()
 
-    def _bridges(self, questions: list, fact_ids: Tensor, scores: Tensor, used: list) -> list:
+    def _bridges(self, questions: list, question_emb: Tensor, fact_ids: Tensor, scores: Tensor, used: list,
+                 num_bridges: int = 1) -> tuple[list, Tensor]:
+        """No-LLM bridges of a hop: entity names per question (best first, at most ``num_bridges``,
+        each recorded in ``used``) and their home passages, int64 ``[Q, num_bridges]``, ``-1`` padded."""
+        cfg, idx = self.config, self.index
         excluded = self._named_pairs(questions, fact_ids, used)
-        ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, self.index.num_entities,
-                                 self._bridge_weight, reduce=self.config.bridge_reduce)
-        out = []
-        for qi, e in enumerate(ent.tolist()):
-            if e >= 0:
-                used[qi].add(e)
-                out.append(self.index.entities[e])
-            else:
-                out.append("")
-        return out
+        if cfg.bridge_lookahead:
+            ent, home, _ = linked_bridges(fact_ids, scores, self._raw_crow, self._raw_col, excluded, idx.num_entities,
+                                          num_bridges, home_crow=self._home_crow, home_col=self._home_col,
+                                          query_emb=question_emb, passage_emb=idx.passage_emb,
+                                          entity_weight=self._bridge_weight, reduce=cfg.bridge_reduce)
+        else:
+            ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, idx.num_entities,
+                                     self._bridge_weight, reduce=cfg.bridge_reduce)
+            ent = ent.unsqueeze(1)
+            home = self._homes_of(ent.squeeze(1), question_emb).unsqueeze(1)
+        names = []
+        for qi, row in enumerate(ent.tolist()):  # host copy: names are text
+            used[qi].update(e for e in row if e >= 0)
+            names.append([idx.entities[e] for e in row if e >= 0])
+        return names, home
+
+    def _homes_of(self, entity: Tensor, question_emb: Tensor) -> Tensor:
+        """Home passage of each question's entity (``[Q]``, ``-1`` for none) most similar to the question."""
+        question = torch.arange(entity.numel(), device=entity.device)
+        home, _ = _best_home(question, entity, self._home_crow, self._home_col, question_emb, self.index.passage_emb)
+        return home
+
+    def _answer_entities(self, answers: list) -> Tensor:
+        """Entity id named exactly (up to :func:`entity_key`) by each answer string, ``-1`` otherwise."""
+        ids = [self._key_to_entity.get(entity_key(a), -1) if a else -1 for a in answers]
+        return torch.tensor(ids, dtype=torch.int64, device=self.index.device)
 
     def _chain_facts(self, fact_ids: Tensor, scores: Tensor, distance: Tensor) -> list:
         idx = self.index
@@ -233,55 +271,73 @@ class Engine:
         q = len(questions)
         plans = self._plans(questions)
         num_hops = max(len(p) for p in plans)
+        question_emb = self._encode(questions)
         frontier = torch.full((q, 0), -1, dtype=torch.int64, device=idx.device)
-        answers = [[] for _ in range(q)]
+        answers = [[] for _ in range(q)]  # per hop: the hop's answer (no-LLM: its best bridge)
+        carried = [""] * q  # no-LLM mode: the bridges the next query carries
         chains = [[] for _ in range(q)]
         used = [set() for _ in range(q)]
         diagnostics = [[] for _ in range(q)]
-        graph = idx.graph
+        linked = []  # per hop: [Q, B] passages titled with the hop's bridges / answer
+        num_bridges = cfg.bridges_per_hop if self.reader is None else 1
         for t in range(num_hops):
             active_list = [len(p) > t for p in plans]
-            texts = []
-            for i, plan in enumerate(plans):
-                if not active_list[i]:
-                    texts.append(questions[i])
-                elif self.decomposer is None:
-                    bridge = answers[i][-1] if answers[i] else ""
-                    texts.append(cfg.bridge_template.format(question=questions[i], bridge=bridge).strip()
-                                 if bridge else questions[i])
-                else:
-                    texts.append(rewrite(plan[t], answers[i]))
+            texts = self._hop_queries(questions, plans, t, active_list, answers, carried)
             active = torch.tensor(active_list, device=idx.device)
-            query_emb = self._encode(texts)
+            query_emb = question_emb if texts == questions else self._encode(texts)
             with self.timer.stage("retrieve"):
-                hop = hyperprove_hop(graph, idx.fact_emb, query_emb, frontier, active=active,
+                hop = hyperprove_hop(idx.graph, idx.fact_emb, query_emb, frontier, active=active,
                                      index=self._facts_index(), cfg=self.retrieval, workspace=self._workspace)
             frontier = hop.frontier
             if cfg.diagnostics:
                 self._record_diagnostics(diagnostics, hop, active_list)
             facts = self._chain_facts(hop.fact_ids, hop.scores, hop.distance)
+            with self.timer.stage("bridge"):
+                bridges, homes = self._bridges(questions, question_emb, hop.fact_ids, hop.scores, used, num_bridges)
             if self.reader is None:
-                hop_answers = self._bridges(questions, hop.fact_ids, hop.scores, used)
+                hop_answers = [b[0] if b else "" for b in bridges]
+                carried = [" ".join(b) for b in bridges]
             else:
-                with self.timer.stage("read"):
-                    chain_texts = self._frontier_texts(frontier)
-                    hop_answers = self.reader.read(texts, chain_texts)
-                fallback = self._bridges(questions, hop.fact_ids, hop.scores, used)
-                hop_answers = [fb if is_unknown(a) else a for a, fb in zip(hop_answers, fallback)]
-            for i in range(q):
+                hop_answers, homes = self._read_hop(texts, frontier, bridges, homes, question_emb)
+            linked.append(torch.where(active.unsqueeze(1), homes, torch.full_like(homes, -1)))
+            for i, row in enumerate(linked[-1].tolist()):  # host copy: chain records
                 if active_list[i]:
                     answers[i].append(hop_answers[i])
-                    chains[i].append(HopRecord(texts[i], hop_answers[i], facts[i]))
+                    chains[i].append(HopRecord(texts[i], hop_answers[i], facts[i], [p for p in row if p >= 0]))
         if self.reader is None:
             final = [a[-1] if a else "" for a in answers]
         else:
             with self.timer.stage("read"):
                 final = self.reader.read(questions, self._frontier_texts(frontier), final=True)
-        dense = self._dense_passages(self._encode(questions), cfg.passage_width)
+        dense = self._dense_passages(question_emb, cfg.passage_width)
         ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width,
-                               facts_per_hop=self.retrieval.top_k, passages_per_hop=cfg.passages_per_hop)
+                               facts_per_hop=self.retrieval.top_k, passages_per_hop=cfg.passages_per_hop,
+                               linked=torch.cat(linked, dim=1) if cfg.link_bridge_passages else None)
         return [Prediction(questions[i], final[i], chains[i], [p for p in ranked[i].tolist() if p >= 0],
                            diagnostics[i]) for i in range(q)]
+
+    def _hop_queries(self, questions: list, plans: list, t: int, active: list, answers: list, carried: list) -> list:
+        """Query text of hop ``t`` per question (text building: per question by nature)."""
+        texts = []
+        for i, plan in enumerate(plans):
+            if not active[i]:
+                texts.append(questions[i])
+            elif self.decomposer is None:
+                texts.append(self.config.bridge_template.format(question=questions[i], bridge=carried[i]).strip()
+                             if carried[i] else questions[i])
+            else:
+                texts.append(rewrite(plan[t], answers[i]))
+        return texts
+
+    def _read_hop(self, texts: list, frontier: Tensor, bridges: list, homes: Tensor, question_emb: Tensor):
+        """LLM mode: the reader answers the hop's sub-query from the chain so far; an "unknown"
+        answer falls back to the no-LLM bridge. Returns the answers and the ``[Q, 1]`` passages
+        titled with them (the fallback bridge's home where the answer names no titled entity)."""
+        with self.timer.stage("read"):
+            read = self.reader.read(texts, self._frontier_texts(frontier))
+        hop_answers = [(b[0] if b else "") if is_unknown(a) else a for a, b in zip(read, bridges)]
+        answer_homes = self._homes_of(self._answer_entities(hop_answers), question_emb).unsqueeze(1)
+        return hop_answers, torch.where(answer_homes >= 0, answer_homes, homes[:, :1])
 
     def _record_diagnostics(self, out: list, hop, active: list) -> None:
         """Passage ids reached by each stage of the hop (host copies: diagnostics mode only)."""
@@ -307,7 +363,8 @@ class Engine:
             # facts of the top passages, weighted by passage rank, give the answer entity
             fact_ids, scores = self._passage_facts_of(top)
             used = [set() for _ in questions]
-            final = self._bridges(questions, fact_ids, scores, used)
+            bridges, _ = self._bridges(questions, query_emb, fact_ids, scores, used)
+            final = [b[0] if b else "" for b in bridges]
         else:
             texts = [[f"{idx.passages[p].title}: {idx.passages[p].text}" for p in row if p >= 0] for row in top.tolist()]
             with self.timer.stage("read"):

@@ -47,7 +47,7 @@ def compact(ids: Tensor, keep: Tensor, width: int) -> Tensor:
 
 
 def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Tensor, width: int,
-                  facts_per_hop: int = 0, passages_per_hop: int = 0) -> Tensor:
+                  facts_per_hop: int = 0, passages_per_hop: int = 0, linked: Tensor | None = None) -> Tensor:
     """Ranked passage ids per question: passages of the chain's facts (in chain order: by hop,
     then score), then the dense passage ranking to fill up; duplicates removed.
 
@@ -64,11 +64,25 @@ def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Ten
         width: passages to return per question.
         facts_per_hop: K, the width of each hop's block of ``chain_facts`` (needed for the cap).
         passages_per_hop: cap of leading passages per hop (0: no cap).
+        linked: optional int64 ``[Q, T*B]`` passages linked to each hop (the home passages of its
+            bridges, ``B`` per hop, ``-1`` padded); hop t's block is ranked right after hop t's
+            facts, so the chain reads hop 1 facts, hop 1 bridges' articles, hop 2 facts, ...
+            Needs ``facts_per_hop``.
 
     Returns:
         int64 ``[Q, width]``, ``-1`` padded.
     """
     from_chain = torch.where(chain_facts >= 0, fact_passage[chain_facts.clamp_min(0)], torch.full_like(chain_facts, -1))
+    if linked is not None and linked.shape[1] > 0:
+        if facts_per_hop <= 0 or from_chain.shape[1] % facts_per_hop:
+            raise ValueError(f"linked passages need the chain in blocks of facts_per_hop (got {from_chain.shape[1]} "
+                             f"chain columns, facts_per_hop={facts_per_hop})")
+        q, hops = from_chain.shape[0], from_chain.shape[1] // facts_per_hop
+        if hops == 0 or linked.shape[1] % hops:
+            raise ValueError(f"linked has {linked.shape[1]} columns, not a multiple of the {hops} hops of the chain")
+        from_chain = torch.cat([from_chain.view(q, hops, facts_per_hop), linked.view(q, hops, -1)], dim=2)
+        facts_per_hop = from_chain.shape[2]
+        from_chain = from_chain.reshape(q, -1)
     ids = torch.cat([from_chain, dense_passages], dim=1)
     keep = first_occurrence(ids)
     if passages_per_hop > 0 and facts_per_hop > 0 and from_chain.shape[1] > 0:
@@ -107,30 +121,122 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
     Returns:
         ``(entity [Q], support [Q])``; entity ``-1`` and support 0 when no candidate exists.
     """
+    q = fact_ids.shape[0]
+    question, entity, support = _candidate_support(fact_ids, scores, incidence_crow, incidence_col, excluded,
+                                                   num_entities, entity_weight, reduce)
+    best = torch.zeros(q, device=fact_ids.device).scatter_reduce(0, question, support, reduce="amax")
+    is_best = support == best[question]
+    # lowest entity id among ties: deterministic
+    choice = torch.full((q,), num_entities, dtype=torch.int64, device=fact_ids.device)
+    choice = choice.scatter_reduce(0, question[is_best], entity[is_best], reduce="amin")
+    found = choice < num_entities
+    return torch.where(found, choice, torch.full_like(choice, -1)), torch.where(found, best, torch.zeros_like(best))
+
+
+def _candidate_support(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
+                       excluded: Tensor, num_entities: int, entity_weight: Tensor | None,
+                       reduce: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(question, entity) candidate pairs of the selected facts and their support.
+
+    Returns:
+        ``(question [n], entity [n], support [n])``, sorted by (question, entity); pairs that are
+        excluded or weighted 0 are dropped.
+    """
+    if reduce not in ("sum", "max"):
+        raise ValueError(f"reduce must be 'sum' or 'max' (got {reduce!r})")
     q, k = fact_ids.shape
-    flat = fact_ids.reshape(-1)
-    rows, ents = gather_csr_rows(incidence_crow, incidence_col, flat)
+    rows, ents = gather_csr_rows(incidence_crow, incidence_col, fact_ids.reshape(-1))
     weight = scores.reshape(-1)[rows].clamp_min(0).float() + 1e-6  # a selected fact always gives some support
     if entity_weight is not None:
         weight = weight * entity_weight[ents]
-    question = rows // k
-    key = question * num_entities + ents
+    key = (rows // k) * num_entities + ents
     uniq, inverse = torch.unique(key, return_inverse=True)
-    if reduce not in ("sum", "max"):
-        raise ValueError(f"reduce must be 'sum' or 'max' (got {reduce!r})")
-    total = torch.zeros(uniq.numel(), device=flat.device)
+    total = torch.zeros(uniq.numel(), device=fact_ids.device)
     if reduce == "sum":
         total.index_add_(0, inverse, weight)
     else:
         total.scatter_reduce_(0, inverse, weight, reduce="amax")
+    keep = total > 0
     if excluded.numel():
-        bad = excluded[0] * num_entities + excluded[1]
-        total = torch.where(torch.isin(uniq, bad), torch.zeros_like(total), total)
-    best = torch.full((q,), -1.0, device=flat.device)
-    best = best.scatter_reduce(0, uniq // num_entities, total, reduce="amax")
-    is_best = (total == best[uniq // num_entities]) & (total > 0)
-    # lowest entity id among ties: deterministic
-    choice = torch.full((q,), num_entities, dtype=torch.int64, device=flat.device)
-    choice = choice.scatter_reduce(0, uniq[is_best] // num_entities, uniq[is_best] % num_entities, reduce="amin")
-    found = choice < num_entities
-    return torch.where(found, choice, torch.full_like(choice, -1)), torch.where(found, best, torch.zeros_like(best))
+        keep &= ~torch.isin(uniq, excluded[0] * num_entities + excluded[1])
+    uniq, total = uniq[keep], total[keep]
+    return uniq // num_entities, uniq % num_entities, total
+
+
+def _best_home(question: Tensor, entity: Tensor, home_crow: Tensor, home_col: Tensor, query_emb: Tensor,
+               passage_emb: Tensor | None) -> tuple[Tensor, Tensor]:
+    """For each (question, entity) pair: the entity's home passage (a passage titled with its
+    name) most similar to the question, and that cosine.
+
+    Returns:
+        ``(passage [n], cosine [n])``; passage ``-1`` (cosine ``-inf``) for entities without a home.
+        Among equally similar homes the lowest passage id wins; without passage embeddings every
+        home scores 0.
+    """
+    n = entity.numel()
+    pair, passage = gather_csr_rows(home_crow, home_col, entity)
+    if passage_emb is None:
+        cos = torch.zeros(pair.numel(), device=entity.device)
+    else:
+        cos = (query_emb[question[pair]].float() * passage_emb[passage].float()).sum(-1)
+    best = torch.full((n,), float("-inf"), device=entity.device).scatter_reduce(0, pair, cos, reduce="amax")
+    is_best = cos == best[pair]
+    home = torch.full((n,), passage_emb.shape[0] if passage_emb is not None else 2 ** 62,
+                      dtype=torch.int64, device=entity.device)
+    home = home.scatter_reduce(0, pair[is_best], passage[is_best], reduce="amin")
+    return torch.where(torch.isfinite(best), home, torch.full_like(home, -1)), best
+
+
+def linked_bridges(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
+                   excluded: Tensor, num_entities: int, num_bridges: int, *, home_crow: Tensor, home_col: Tensor,
+                   query_emb: Tensor, passage_emb: Tensor | None, entity_weight: Tensor | None = None,
+                   reduce: str = "sum") -> tuple[Tensor, Tensor, Tensor]:
+    """The ``num_bridges`` best bridge entities of each question's selected facts, looking one
+    step ahead through the passages the entities are the subject of (no-LLM bridge, SPEC §2).
+
+    Candidates are the entities named by the selected facts, less ``excluded`` pairs and
+    entities weighted 0. A candidate that is the title of a passage (its *home*: in a corpus of
+    Wikipedia-style articles, the article about it) is scored by the cosine between the question
+    and its best home passage: the bridge a multi-hop question needs is the one whose article
+    answers the rest of it ("the director of film X" -> the director, whose article holds the
+    birthplace the question asks for). Candidates with a home always rank above those without;
+    the latter are ordered by support (as :func:`bridge_entities`). Ties go to the lower entity id.
+
+    Args:
+        fact_ids: int64 ``[Q, K]`` selected facts, ``-1`` padded.
+        scores: float ``[Q, K]`` their scores.
+        incidence_crow, incidence_col: CSR of the fact -> entity incidence ``[H, V]``.
+        excluded: int64 ``[2, n]`` (question, entity) pairs that may not be chosen.
+        num_entities: V.
+        num_bridges: B, bridges returned per question.
+        home_crow, home_col: CSR of entity -> home passages ``[V, P]``.
+        query_emb: float ``[Q, D]`` normalised question embeddings.
+        passage_emb: float ``[P, D]`` normalised passage embeddings (None: homes score 0).
+        entity_weight: optional float ``[V]`` support multiplier (0 bars an entity).
+        reduce: ``"sum"`` or ``"max"`` of the supporting facts' scores.
+
+    Returns:
+        ``(entity [Q, B], home [Q, B], value [Q, B])``: best first, ``-1`` padded (home ``-1`` also
+        for a bridge without a home); value is ``2 + cosine`` for bridges with a home and
+        ``support / (1 + support)`` (in (0, 1)) for the others, 0 for padding.
+    """
+    q = fact_ids.shape[0]
+    question, entity, support = _candidate_support(fact_ids, scores, incidence_crow, incidence_col, excluded,
+                                                   num_entities, entity_weight, reduce)
+    home, cos = _best_home(question, entity, home_crow, home_col, query_emb, passage_emb)
+    value = torch.where(home >= 0, 2.0 + cos, support / (1.0 + support))
+    # best first within each question; pairs come sorted by (question, entity), so stable sorts keep
+    # the lower entity id first among equal values
+    order = torch.argsort(value, descending=True, stable=True)
+    order = order[torch.argsort(question[order], stable=True)]
+    question, entity, home, value = question[order], entity[order], home[order], value[order]
+    counts = torch.bincount(question, minlength=q)
+    rank = torch.arange(question.numel(), device=question.device) - torch.repeat_interleave(
+        torch.cumsum(counts, 0) - counts, counts)
+    keep = rank < num_bridges
+    slot = question[keep] * num_bridges + rank[keep]
+    out_entity = torch.full((q * num_bridges,), -1, dtype=torch.int64, device=fact_ids.device)
+    out_home = torch.full_like(out_entity, -1)
+    out_value = torch.zeros(q * num_bridges, device=fact_ids.device)
+    out_entity[slot], out_home[slot], out_value[slot] = entity[keep], home[keep], value[keep]
+    return (out_entity.view(q, num_bridges), out_home.view(q, num_bridges), out_value.view(q, num_bridges))
