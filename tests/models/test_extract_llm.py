@@ -9,6 +9,7 @@ from hpengine.config import ExtractorConfig
 from hpengine.graph import Passage
 from hpengine.models import PROMPT_VERSION, ExtractedFact, FastExtractor, LLMExtractor, parse_extraction
 from hpengine.models._extract_llm import CACHE_FILE, build_prompt, cache_key
+from hpengine.testing._tiny_lm import build_tiny_pair
 
 GOOD = ('{"entities": ["Ilse Marrow", "Port Calder", "1921"], "facts": ['
         '{"fact": "Ilse Marrow was born in Port Calder in 1921.", "entities": ["Ilse Marrow", "Port Calder"]}, '
@@ -101,21 +102,7 @@ PASSAGES = [Passage("Ilse Marrow", "Ilse Marrow was a director. She was born in 
 
 
 def _tiny_lm():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<pad>", "<eos>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([build_prompt(p.title, p.text) for p in PASSAGES], trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=1)
-    return Qwen2ForCausalLM(cfg).eval(), tokenizer
+    return build_tiny_pair([build_prompt(p.title, p.text) for p in PASSAGES], vocab_size=600, max_positions=4096)
 
 
 @pytest.fixture(scope="module")

@@ -6,41 +6,21 @@ import torch
 
 from hpengine.models import GenerateResult, batched_generate
 from hpengine.models._generate import format_prompt
+from hpengine.testing._tiny_lm import build_tiny_lm
+from hpengine.testing._tiny_lm import build_tiny_tokenizer as _build_tokenizer
 
 PROMPTS = ["hello there", "The quick brown fox jumps over the lazy dog", "a", "lazy dogs sleep all day long",
            "x y z", "over the hills and far away"]
 
 
 def build_tiny_tokenizer(pad: bool = True):
-    """Byte-level BPE trained in-test (offline), wrapped as a fast HF tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<pad>", "<eos>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(PROMPTS * 3, trainer)
-    kwargs = {"pad_token": "<pad>"} if pad else {}
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", **kwargs)
-
-
-def build_tiny_lm(vocab_size: int):
-    """Randomly initialised 2-layer Qwen2 (hidden 32); large init so greedy argmax has no near-ties."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=1, initializer_range=0.5)
-    return Qwen2ForCausalLM(cfg).eval()
+    return _build_tokenizer(PROMPTS * 3, 320, pad=pad)
 
 
 @pytest.fixture(scope="module")
 def _tiny():
     tokenizer = build_tiny_tokenizer()
-    return build_tiny_lm(len(tokenizer)), tokenizer
+    return build_tiny_lm(len(tokenizer), initializer_range=0.5), tokenizer
 
 
 @pytest.fixture
