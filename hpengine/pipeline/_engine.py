@@ -301,6 +301,8 @@ class Engine:
                 hop_answers, homes = self._read_hop(texts, frontier, bridges, homes, question_emb)
             linked.append(torch.where(active.unsqueeze(1), homes, torch.full_like(homes, -1)))
             for i, row in enumerate(linked[-1].tolist()):  # host copy: chain records
+                if cfg.diagnostics and active_list[i]:
+                    diagnostics[i][-1]["linked"] = sorted({p for p in row if p >= 0})
                 if active_list[i]:
                     answers[i].append(hop_answers[i])
                     chains[i].append(HopRecord(texts[i], hop_answers[i], facts[i], [p for p in row if p >= 0]))
@@ -332,7 +334,8 @@ class Engine:
     def _read_hop(self, texts: list, frontier: Tensor, bridges: list, homes: Tensor, question_emb: Tensor):
         """LLM mode: the reader answers the hop's sub-query from the chain so far; an "unknown"
         answer falls back to the no-LLM bridge. Returns the answers and the ``[Q, 1]`` passages
-        titled with them (the fallback bridge's home where the answer names no titled entity)."""
+        titled with them; where an answer names no titled entity (a date, a name spelled unlike
+        any title) the no-LLM bridge's best home passage stands in."""
         with self.timer.stage("read"):
             read = self.reader.read(texts, self._frontier_texts(frontier))
         hop_answers = [(b[0] if b else "") if is_unknown(a) else a for a, b in zip(read, bridges)]

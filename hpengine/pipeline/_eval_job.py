@@ -108,11 +108,13 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
 
 def hop_diagnostics(questions: list, preds: list, index) -> list:
     """Mean recall of gold passages per hop and stage: dense seeds, random-walk subgraph, selected
-    facts (this hop), and the chain so far (all hops up to this one). A question without a given
-    hop (masked) counts with its last chain."""
+    facts (this hop), the passages linked to the hop (titled with its bridges / answer), and the
+    chain so far (selected and linked passages of all hops up to this one). A question without a
+    given hop (masked) counts with its last chain."""
     pid = {(p.title, p.text): i for i, p in enumerate(index.passages)}
     num_hops = max(len(p.diagnostics) for p in preds)
-    sums = [{"seeds": 0.0, "subgraph": 0.0, "selected": 0.0, "chain": 0.0} for _ in range(num_hops)]
+    stages = ("seeds", "subgraph", "selected", "linked")
+    sums = [dict.fromkeys((*stages, "chain"), 0.0) for _ in range(num_hops)]
     counted = 0
     for q, p in zip(questions, preds):
         gold = {pid[g] for g in ((t.strip(), x.strip()) for t, x in q.gold_passages) if g in pid}
@@ -123,9 +125,9 @@ def hop_diagnostics(questions: list, preds: list, index) -> list:
         for t in range(num_hops):
             d = p.diagnostics[min(t, len(p.diagnostics) - 1)]
             if t < len(p.diagnostics):
-                chain |= set(d["selected"])
-            for stage in ("seeds", "subgraph", "selected"):
-                sums[t][stage] += len(gold & set(d[stage])) / len(gold)
+                chain |= set(d["selected"]) | set(d.get("linked", ()))
+            for stage in stages:
+                sums[t][stage] += len(gold & set(d.get(stage, ()))) / len(gold)
             sums[t]["chain"] += len(gold & chain) / len(gold)
     return [{k: round(v / max(counted, 1), 4) for k, v in hop.items()} for hop in sums]
 

@@ -112,4 +112,32 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
     assert [h.answer for h in p1.chain] == ["Ilse Marrow", "Halden"]
     assert len(p2.chain) == 1  # masked on hop 2
+    # answers that name a passage title link that passage right after their hop's facts
+    titled = {psg.title: i for i, psg in enumerate(index.passages)}
+    assert p1.chain[0].linked == [titled["Ilse Marrow"]]
+    assert p1.chain[1].linked == ([titled["Halden"]] if "Halden" in titled else [])
+    assert len(p2.chain[0].linked) <= 1  # "a city" names no passage: the no-LLM bridge's home, if any
+    hop1 = list(dict.fromkeys([f.passage for f in p1.chain[0].facts] + [titled["Ilse Marrow"]]))
+    assert p1.passages[: len(hop1)] == hop1
     assert llm.read_calls[-1] == ([q1, q2], True)  # one final batched read over all questions
+
+
+def test_diagnostics_stages(built):
+    from hpengine.pipeline._eval_job import hop_diagnostics
+
+    index, encoder, questions = built
+    engine = Engine(index, encoder, small_cfg(), EngineConfig(num_hops=2, diagnostics=True))
+    preds = engine.answer([q.question for q in questions])
+    for p in preds:
+        assert len(p.diagnostics) == len(p.chain) == 2
+        for d, hop in zip(p.diagnostics, p.chain):
+            assert set(d["selected"]) <= set(d["subgraph"])  # selected facts come from the subgraph
+            assert d["selected"] == sorted({f.passage for f in hop.facts})
+            assert d["linked"] == sorted(set(hop.linked))
+    diag = hop_diagnostics(questions, preds, index)
+    assert len(diag) == 2
+    for hop in diag:
+        assert set(hop) == {"seeds", "subgraph", "selected", "linked", "chain"}
+        assert all(0.0 <= v <= 1.0 for v in hop.values())
+        assert hop["chain"] >= max(hop["selected"], hop["linked"]) - 1e-9
+    assert diag[1]["chain"] >= diag[0]["chain"]
