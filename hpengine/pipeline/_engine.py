@@ -18,7 +18,7 @@ from hpengine.models._decomposer import rewrite
 from hpengine.models._entities import entity_key
 from hpengine.models._reader import is_unknown
 from hpengine.pipeline._ranking import (
-    _best_home,
+    best_home,
     bridge_entities,
     linked_bridges,
     rank_passages,
@@ -225,7 +225,7 @@ class Engine:
     def _homes_of(self, entity: Tensor, question_emb: Tensor) -> Tensor:
         """Home passage of each question's entity (``[Q]``, ``-1`` for none) most similar to the question."""
         question = torch.arange(entity.numel(), device=entity.device)
-        home, _ = _best_home(question, entity, self._home_crow, self._home_col, question_emb, self.index.passage_emb)
+        home, _ = best_home(question, entity, self._home_crow, self._home_col, question_emb, self.index.passage_emb)
         return home
 
     def _answer_entities(self, answers: list) -> Tensor:

@@ -163,7 +163,7 @@ def _candidate_support(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor,
     return uniq // num_entities, uniq % num_entities, total
 
 
-def _best_home(question: Tensor, entity: Tensor, home_crow: Tensor, home_col: Tensor, query_emb: Tensor,
+def best_home(question: Tensor, entity: Tensor, home_crow: Tensor, home_col: Tensor, query_emb: Tensor,
                passage_emb: Tensor | None) -> tuple[Tensor, Tensor]:
     """For each (question, entity) pair: the entity's home passage (a passage titled with its
     name) most similar to the question, and that cosine.
@@ -223,7 +223,7 @@ def linked_bridges(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, inc
     q = fact_ids.shape[0]
     question, entity, support = _candidate_support(fact_ids, scores, incidence_crow, incidence_col, excluded,
                                                    num_entities, entity_weight, reduce)
-    home, cos = _best_home(question, entity, home_crow, home_col, query_emb, passage_emb)
+    home, cos = best_home(question, entity, home_crow, home_col, query_emb, passage_emb)
     value = torch.where(home >= 0, 2.0 + cos, support / (1.0 + support))
     # best first within each question; pairs come sorted by (question, entity), so stable sorts keep
     # the lower entity id first among equal values

@@ -150,3 +150,13 @@ def test_rank_passages_links_each_hop():
     assert rank_passages(chain, fact_passage, dense, 8, facts_per_hop=2, linked=linked).tolist() == [[2, 1, 5, 3, 6, 7, 8, -1]]
     with pytest.raises(ValueError, match="facts_per_hop"):
         rank_passages(chain, fact_passage, dense, 8, linked=linked)
+
+
+def test_best_home_without_embeddings_and_without_homes():
+    from hpengine.pipeline._ranking import best_home
+
+    hcrow, hcol = torch.tensor([0, 2, 2]), torch.tensor([4, 1])  # entity 0 titles passages 4 and 1; entity 1 none
+    q_emb = torch.ones(1, 2)
+    home, cos = best_home(torch.tensor([0, 0, 0]), torch.tensor([0, 1, -1]), hcrow, hcol, q_emb, None)
+    assert home.tolist() == [1, -1, -1]  # equal scores: lowest passage id
+    assert cos[0].item() == 0.0 and torch.isinf(cos[1:]).all()
