@@ -13,9 +13,14 @@ _FINAL = ("Answer the question using the facts. Reply with the answer only: a sh
           "(a name, place, date, number, or yes/no).")
 
 
-def reading_prompt(question: str, facts: list[str], final: bool) -> str:
+def reading_prompt(question: str, facts: list[str], final: bool, steps: list | None = None) -> str:
+    """The reader's prompt: instruction, facts, optionally the chain's (sub-question, answer)
+    pairs (``steps``, final read only), then the question."""
     lines = [_FINAL if final else _HOP, "", "Facts:"]
     lines.extend(f"- {f}" for f in facts)
+    if steps:
+        lines.extend(["", "Answers to the sub-questions:"])
+        lines.extend(f"- {q} {a}" for q, a in steps)
     lines.extend(["", f"Question: {question}", "Answer:"])
     return "\n".join(lines)
 
@@ -45,10 +50,14 @@ class Reader:
     max_facts: int = 20
     stats: dict = field(default_factory=lambda: {"calls": 0, "unknown": 0, "tokens_in": 0, "tokens_out": 0})
 
-    def read(self, questions: list[str], facts: list[list[str]], final: bool = False) -> list[str]:
+    def read(self, questions: list[str], facts: list[list[str]], final: bool = False,
+             steps: list | None = None) -> list[str]:
+        """Answer each question from its facts (and, if given, its chain's ``(sub-question,
+        answer)`` pairs), one batched ``generate`` for all."""
         from hpengine.models._generate import batched_generate
 
-        prompts = [reading_prompt(q, f[: self.max_facts], final) for q, f in zip(questions, facts)]
+        steps = steps if steps is not None else [None] * len(questions)
+        prompts = [reading_prompt(q, f[: self.max_facts], final, st) for q, f, st in zip(questions, facts, steps)]
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
                                batch_size=self.batch_size)
         self.stats["calls"] += len(prompts)

@@ -80,6 +80,7 @@ class EngineConfig:
     bridge_lookahead: bool = True  # score bridges by the question's cosine with the passage titled with them
     bridges_per_hop: int = 2  # no-LLM mode: bridges carried into the next query (bridge comparisons need two)
     link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
+    final_with_steps: bool = True  # LLM mode: the final read also sees each hop's (sub-question, answer)
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
@@ -309,8 +310,9 @@ class Engine:
         if self.reader is None:
             final = [a[-1] if a else "" for a in answers]
         else:
+            steps = [[(h.subquery, h.answer) for h in chain] for chain in chains] if cfg.final_with_steps else None
             with self.timer.stage("read"):
-                final = self.reader.read(questions, self._frontier_texts(frontier), final=True)
+                final = self.reader.read(questions, self._frontier_texts(frontier), final=True, steps=steps)
         dense = self._dense_passages(question_emb, cfg.passage_width)
         ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width,
                                facts_per_hop=self.retrieval.top_k, passages_per_hop=cfg.passages_per_hop,

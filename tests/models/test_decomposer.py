@@ -20,7 +20,27 @@ def test_prompts_and_answers():
     p = decomposition_prompt("Who is the father of the author of X?", 3)
     assert p.endswith("Question: Who is the father of the author of X?\nSub-questions:") and "at most 3" in p
     r = reading_prompt("Who?", ["Fact one.", "Fact two."], final=False)
-    assert "- Fact one." in r and r.endswith("Answer:")
+    assert "- Fact one." in r and r.endswith("Answer:") and "sub-questions" not in r
+    f = reading_prompt("Which came first?", ["Fact."], final=True, steps=[("When was A made?", "1961"),
+                                                                        ("When was B made?", "1946")])
+    assert f.index("- Fact.") < f.index("- When was A made? 1961") < f.index("- When was B made? 1946") \
+        < f.index("Question: Which came first?")
     assert clean_answer("Answer: Paris.\nmore") == "Paris"
     assert clean_answer('"J. R. R."') == "J. R. R."
     assert is_unknown("Unknown.") and is_unknown("") and not is_unknown("Paris")
+
+
+def test_reader_batched_with_steps_on_tiny_model():
+    from hpengine.models._reader import Reader
+    from hpengine.testing._tiny_lm import build_tiny_pair
+
+    questions = ["Which came first?", "Who directed Alpha?"]
+    facts = [["A was made in 1961.", "B was made in 1946."], ["Alpha was directed by Ilse Marrow."]]
+    model, tok = build_tiny_pair([reading_prompt(q, f, True) for q, f in zip(questions, facts)] * 3)
+    reader = Reader(model, tok, max_new_tokens=4, batch_size=2)
+    plain = reader.read(questions, facts, final=True)
+    tokens_plain = reader.stats["tokens_in"]
+    with_steps = reader.read(questions, facts, final=True, steps=[[("When was A made?", "1961")], None])
+    assert len(plain) == len(with_steps) == 2 and all(isinstance(a, str) for a in plain + with_steps)
+    assert reader.stats["tokens_in"] - tokens_plain > tokens_plain  # the steps lengthen the first prompt
+    assert reader.stats["calls"] == 4

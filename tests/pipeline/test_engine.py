@@ -97,8 +97,9 @@ class ScriptedLLM:
     def decompose(self, questions):
         return [self.plans[q] for q in questions]
 
-    def read(self, questions, facts, final=False):
+    def read(self, questions, facts, final=False, steps=None):
         self.read_calls.append((list(questions), final))
+        self.steps = steps
         return [next((a for key, a in self.answers.items() if key in q), "unknown") for q in questions]
 
 
@@ -120,6 +121,9 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
     hop1 = list(dict.fromkeys([f.passage for f in p1.chain[0].facts] + [titled["Ilse Marrow"]]))
     assert p1.passages[: len(hop1)] == hop1
     assert llm.read_calls[-1] == ([q1, q2], True)  # one final batched read over all questions
+    # the final read sees each question's chain of (sub-question, answer)
+    assert llm.steps == [[("Who directed Alpha?", "Ilse Marrow"), ("Where was Ilse Marrow born?", "Halden")],
+                         [("What is Sarn?", "a city")]]
 
 
 def test_diagnostics_stages(built):

@@ -1,0 +1,55 @@
+"""Replay the final reads of an LLM-mode run from its JSON records, with and without the chain's
+(sub-question, answer) pairs in the prompt (EngineConfig.final_with_steps), on exactly the same
+facts. Costs one batched read per variant instead of a whole run.
+
+    python benchmarks/replay_final_read.py --run llm100/2wikimultihopqa_hyperprove.json \\
+        --questions ../shared/data/2wikimultihopqa/dev.json --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b
+
+The first line ("facts only") reproduces the run's own final answers (its "same as the run"
+count checks that the replay is faithful; bf16 batching may flip a few).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True, help="bench_qa.py JSON of a hyperprove LLM-mode run")
+    ap.add_argument("--questions", required=True, help="the dev.json it ran on (for the question types)")
+    ap.add_argument("--llm", required=True)
+    ap.add_argument("--batch-size", type=int, default=16)
+    args = ap.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hpengine.eval import exact_match, f1_score
+    from hpengine.models._reader import Reader
+
+    records = next(iter(json.load(open(args.run))["results"].values()))["records"]
+    types = [q.get("type", "all") for q in json.load(open(args.questions))[: len(records)]]
+    tokenizer = AutoTokenizer.from_pretrained(args.llm)
+    model = AutoModelForCausalLM.from_pretrained(args.llm, dtype=torch.bfloat16).eval()
+    reader = Reader(model, tokenizer, batch_size=args.batch_size)
+    questions = [r["question"] for r in records]
+    facts = [[f["text"] for hop in r["chain"] for f in hop["facts"]] for r in records]
+    steps = [[(hop["subquery"], hop["answer"]) for hop in r["chain"]] for r in records]
+    for name, st in (("facts only (as run)", None), ("facts + sub-answers", steps)):
+        start = time.perf_counter()
+        pred = reader.read(questions, facts, final=True, steps=st)
+        em = [exact_match(a, r["gold"]) for a, r in zip(pred, records)]
+        f1 = [f1_score(a, r["gold"]) for a, r in zip(pred, records)]
+        same = sum(a == r["prediction"] for a, r in zip(pred, records))
+        by_type: dict = {}
+        for t, e in zip(types, em):
+            by_type.setdefault(t, []).append(e)
+        print(f"{name}: EM {sum(em) / len(em):.3f} F1 {sum(f1) / len(f1):.3f} "
+              f"(same as the run: {same}/{len(records)}; {time.perf_counter() - start:.0f} s)")
+        print("   EM by type:", {t: round(sum(v) / len(v), 3) for t, v in by_type.items()}, flush=True)
+
+
+if __name__ == "__main__":
+    main()
