@@ -23,7 +23,7 @@ from hpengine.pipeline._ranking import (
     linked_bridges,
     rank_passages,
 )
-from hpengine.sparse import gather_csr_rows
+from hpengine.sparse import csr_arrays, gather_csr_rows
 
 RETRIEVERS = ("hyperprove", "dense")
 
@@ -122,13 +122,9 @@ class Engine:
         self._home_crow, self._home_col = self._home_csr()
         raw = self._bridge_pairs(index)
         # CSR of the extracted (pre-synonym) incidence: bridges are entities the facts name
-        counts = torch.bincount(raw[0], minlength=index.num_facts)
-        self._raw_crow = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-        self._raw_col = raw[1][torch.argsort(raw[0], stable=True)]
-        order = torch.argsort(graph.fact_passage, stable=True)
-        pcounts = torch.bincount(graph.fact_passage, minlength=index.num_passages)
-        self._passage_crow = torch.cat([pcounts.new_zeros(1), torch.cumsum(pcounts, 0)])
-        self._passage_facts = order
+        self._raw_crow, self._raw_col = csr_arrays(raw[0], raw[1], index.num_facts)
+        self._passage_crow, self._passage_facts = csr_arrays(
+            graph.fact_passage, torch.arange(index.num_facts, device=index.device), index.num_passages)
         self._bridge_weight = self._make_bridge_weight()
         self._fact_index = None  # built on first use, once per engine (FAISS training is not per hop)
         self._workspace: dict = {}
@@ -148,10 +144,7 @@ class Engine:
     def _home_csr(self) -> tuple[Tensor, Tensor]:
         """CSR ``[V, P]`` of each entity's home passages: the passages titled with its name."""
         titled = torch.nonzero(self._title_entity >= 0).squeeze(1)
-        entity = self._title_entity[titled]
-        order = torch.argsort(entity, stable=True)
-        counts = torch.bincount(entity, minlength=self.index.num_entities)
-        return torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)]), titled[order]
+        return csr_arrays(self._title_entity[titled], titled, self.index.num_entities)
 
     def _make_bridge_weight(self) -> Tensor:
         """float ``[V]`` multiplier of bridge support (IDF of the extracted incidence, 0 for barred names)."""
@@ -213,10 +206,9 @@ class Engine:
                                           query_emb=question_emb, passage_emb=idx.passage_emb,
                                           entity_weight=self._bridge_weight, reduce=cfg.bridge_reduce)
         else:
-            ent, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, idx.num_entities,
-                                     self._bridge_weight, reduce=cfg.bridge_reduce)
-            ent = ent.unsqueeze(1)
-            home = self._homes_of(ent.squeeze(1), question_emb).unsqueeze(1)
+            best, _ = bridge_entities(fact_ids, scores, self._raw_crow, self._raw_col, excluded, idx.num_entities,
+                                      self._bridge_weight, reduce=cfg.bridge_reduce)
+            ent, home = best.unsqueeze(1), self._homes_of(best, question_emb).unsqueeze(1)
         names = []
         for qi, row in enumerate(ent.tolist()):  # host copy: names are text
             used[qi].update(e for e in row if e >= 0)

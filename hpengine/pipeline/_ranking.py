@@ -181,8 +181,7 @@ def best_home(question: Tensor, entity: Tensor, home_crow: Tensor, home_col: Ten
         cos = (query_emb[question[pair]].float() * passage_emb[passage].float()).sum(-1)
     best = torch.full((n,), float("-inf"), device=entity.device).scatter_reduce(0, pair, cos, reduce="amax")
     is_best = cos == best[pair]
-    home = torch.full((n,), passage_emb.shape[0] if passage_emb is not None else 2 ** 62,
-                      dtype=torch.int64, device=entity.device)
+    home = torch.full((n,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=entity.device)
     home = home.scatter_reduce(0, pair[is_best], passage[is_best], reduce="amin")
     return torch.where(torch.isfinite(best), home, torch.full_like(home, -1)), best
 

@@ -2,6 +2,7 @@
 from hpengine.sparse._incidence import (
     augmented_incidence,
     coalesce_pairs,
+    csr_arrays,
     csr_from_sorted_pairs,
     gather_csr_rows,
     inverse_or_zero,
@@ -13,6 +14,7 @@ __all__ = [
     "TransitionOperator",
     "augmented_incidence",
     "coalesce_pairs",
+    "csr_arrays",
     "csr_from_sorted_pairs",
     "gather_csr_rows",
     "inverse_or_zero",

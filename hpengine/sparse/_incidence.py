@@ -91,6 +91,24 @@ def csr_from_sorted_pairs(pairs: Tensor, num_rows: int, num_cols: int, values: T
                                        check_invariants=False)
 
 
+def csr_arrays(rows: Tensor, cols: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+    """CSR arrays of (row, col) pairs in any order: columns grouped by row, stable within a row.
+
+    Args:
+        rows, cols: int64 ``[nnz]``, ``0 <= rows < num_rows``.
+
+    Returns:
+        ``(crow [num_rows + 1], col [nnz])``, as :func:`gather_csr_rows` reads them.
+
+    Example:
+        >>> csr_arrays(torch.tensor([2, 0, 2]), torch.tensor([5, 6, 7]), 3)
+        (tensor([0, 1, 1, 3]), tensor([6, 5, 7]))
+    """
+    counts = torch.bincount(rows, minlength=num_rows)
+    crow = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return crow, cols[torch.argsort(rows, stable=True)]
+
+
 def gather_csr_rows(crow: Tensor, col: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
     """Entries of the CSR rows ``rows`` (``-1`` rows are empty), flattened.
 

@@ -124,3 +124,15 @@ def test_incidence_csr_views():
     assert g.incidence("entity") is g.incidence("entity")  # built once, cached
     with pytest.raises(ValueError, match="kind must be one of"):
         g.incidence("fact")
+
+
+def test_csr_arrays_round_trip_through_gather():
+    from hpengine.sparse import csr_arrays, gather_csr_rows
+
+    g = torch.Generator().manual_seed(3)
+    rows, cols = torch.randint(0, 7, (40,), generator=g), torch.randint(0, 100, (40,), generator=g)
+    crow, col = csr_arrays(rows, cols, 9)
+    assert crow[-1].item() == 40 and crow.numel() == 10
+    for r in range(9):  # each row's columns, in their original order
+        pos, got = gather_csr_rows(crow, col, torch.tensor([r]))
+        assert got.tolist() == [c for rr, c in zip(rows.tolist(), cols.tolist()) if rr == r]
