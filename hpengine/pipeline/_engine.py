@@ -81,6 +81,9 @@ class EngineConfig:
     bridges_per_hop: int = 2  # no-LLM mode: bridges carried into the next query (bridge comparisons need two)
     link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
     final_with_steps: bool = True  # LLM mode: the final read also sees each hop's (sub-question, answer)
+    # LLM mode: the text a hop searches with; the question keeps the context that a sub-question
+    # drops ("What is the name of the star?"); the reader still reads the plain sub-question
+    search_template: str = "{subquery} {question}"
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
@@ -277,7 +280,8 @@ class Engine:
             active_list = [len(p) > t for p in plans]
             texts = self._hop_queries(questions, plans, t, active_list, answers, carried)
             active = torch.tensor(active_list, device=idx.device)
-            query_emb = question_emb if texts == questions else self._encode(texts)
+            search = self._search_texts(questions, texts, active_list)
+            query_emb = question_emb if search == questions else self._encode(search)
             with self.timer.stage("retrieve"):
                 hop = hyperprove_hop(idx.graph, idx.fact_emb, query_emb, frontier, active=active,
                                      index=self._facts_index(), cfg=self.retrieval, workspace=self._workspace)
@@ -324,6 +328,14 @@ class Engine:
             else:
                 texts.append(rewrite(plan[t], answers[i]))
         return texts
+
+    def _search_texts(self, questions: list, texts: list, active: list) -> list:
+        """LLM mode: hop ``t``'s search text per question from ``search_template`` (text building)."""
+        if self.decomposer is None:
+            return texts
+        template = self.config.search_template
+        return [template.format(subquery=s, question=q).strip() if a and s != q else q
+                for q, s, a in zip(questions, texts, active)]
 
     def _read_hop(self, texts: list, frontier: Tensor, bridges: list, homes: Tensor, question_emb: Tensor):
         """LLM mode: the reader answers the hop's sub-query from the chain so far; an "unknown"

@@ -126,6 +126,34 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
                          [("What is Sarn?", "a city")]]
 
 
+class RecordingEncoder(HashingEncoder):
+    def __init__(self, dim):
+        super().__init__(dim=dim)
+        self.seen = []
+
+    def encode(self, texts, progress=False, batch_size=None):
+        self.seen.append(list(texts))
+        return super().encode(texts)
+
+
+@pytest.mark.parametrize("template", ["{subquery} {question}", "{subquery}"])
+def test_llm_mode_searches_with_template_reads_plain_subquery(built, template):
+    index, _, _ = built
+    encoder = RecordingEncoder(dim=256)
+    q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
+    llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
+                      {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
+    engine = Engine(index, encoder, small_cfg(), EngineConfig(search_template=template), decomposer=llm, reader=llm)
+    p1, _ = engine.answer([q1, q2])
+    assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
+    expect = [template.format(subquery=s, question=q1) for s in ("Who directed Alpha?", "Where was Ilse Marrow born?")]
+    # encoder calls: the questions, then one call per hop; a one-step plan equal to its question
+    # searches with the question alone, and a masked question keeps its question
+    assert encoder.seen[1] == [expect[0], q2] and encoder.seen[2] == [expect[1], q2]
+    assert llm.read_calls[0][0] == ["Who directed Alpha?", "What is Sarn?"]
+    assert llm.read_calls[1][0] == ["Where was Ilse Marrow born?", q2]
+
+
 def test_diagnostics_stages(built):
     from hpengine.pipeline._eval_job import hop_diagnostics
 
