@@ -14,7 +14,7 @@ from torch import Tensor
 
 from hpengine._profiling import StageTimer
 from hpengine.config import RetrievalConfig
-from hpengine.models._decomposer import rewrite
+from hpengine.models._decomposer import names_shared, rewrite
 from hpengine.models._entities import entity_key
 from hpengine.models._reader import is_unknown
 from hpengine.pipeline._ranking import (
@@ -84,6 +84,10 @@ class EngineConfig:
     # LLM mode: the text a hop searches with; the question keeps the context that a sub-question
     # drops ("What is the name of the star?"); the reader still reads the plain sub-question
     search_template: str = "{subquery} {question}"
+    # ... except for a sub-question that names something the question names ("Who directed
+    # Flannelfoot?" in a comparison of two films): it searches alone, the question would pull
+    # in the other film (off: every sub-question uses search_template)
+    anchored_search_alone: bool = True
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
@@ -333,9 +337,16 @@ class Engine:
         """LLM mode: hop ``t``'s search text per question from ``search_template`` (text building)."""
         if self.decomposer is None:
             return texts
-        template = self.config.search_template
-        return [template.format(subquery=s, question=q).strip() if a and s != q else q
-                for q, s, a in zip(questions, texts, active)]
+        template, anchor = self.config.search_template, self.config.anchored_search_alone
+        out = []
+        for q, s, a in zip(questions, texts, active):
+            if not a or s == q:
+                out.append(q)
+            elif anchor and names_shared(s, q):
+                out.append(s)
+            else:
+                out.append(template.format(subquery=s, question=q).strip())
+        return out
 
     def _read_hop(self, texts: list, frontier: Tensor, bridges: list, homes: Tensor, question_emb: Tensor):
         """LLM mode: the reader answers the hop's sub-query from the chain so far; an "unknown"

@@ -1,4 +1,6 @@
-from hpengine.models._decomposer import decomposition_prompt, parse_plan, rewrite
+import pytest
+
+from hpengine.models._decomposer import decomposition_prompt, names_shared, parse_plan, rewrite
 from hpengine.models._reader import clean_answer, is_unknown, reading_prompt
 
 
@@ -14,6 +16,19 @@ def test_parse_plan_valid_and_invalid():
 def test_rewrite_substitutes_answers():
     assert rewrite("Where was #1 born and when did #2 die?", ["Ann", "Bob"]) == "Where was Ann born and when did Bob die?"
     assert rewrite("Where was #1 born?", [""]) == "Where was #1 born?"  # unresolved stays visible
+
+
+@pytest.mark.parametrize("sub,question,shared", [
+    ("Who directed Flannelfoot?", "Which film has the director who died earlier, The Hitler Gang or Flannelfoot?", True),
+    ("Who is Karl Von Habsburg's mother?", "Who is Karl Von Habsburg's paternal grandmother?", True),  # possessive
+    ("When did the 2006 Asian Games open?", "Football at the 2006 Asian Games was played how many days before?", True),
+    ("What is the name of the star?", "what is one of the stars of The Newcomers known for", False),
+    ("What band formed in 1995?", "What band formed in 1995 and released Welcome Interstate Managers?", False),  # no name
+    ("Who is the mother of Ryszard Bugajski?", "Who is the mother of the director of film Polish-Russian War?", False),
+    ("Where is Glass?", "Where is the glass museum?", False),  # case-sensitive: names, not words
+])
+def test_names_shared(sub, question, shared):
+    assert names_shared(sub, question) is shared
 
 
 def test_prompts_and_answers():

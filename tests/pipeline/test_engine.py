@@ -136,20 +136,24 @@ class RecordingEncoder(HashingEncoder):
         return super().encode(texts)
 
 
-@pytest.mark.parametrize("template", ["{subquery} {question}", "{subquery}"])
-def test_llm_mode_searches_with_template_reads_plain_subquery(built, template):
+@pytest.mark.parametrize("template,anchored", [("{subquery} {question}", True), ("{subquery} {question}", False),
+                                               ("{subquery}", True)])
+def test_llm_mode_searches_with_template_reads_plain_subquery(built, template, anchored):
     index, _, _ = built
     encoder = RecordingEncoder(dim=256)
     q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(search_template=template), decomposer=llm, reader=llm)
+    cfg = EngineConfig(search_template=template, anchored_search_alone=anchored)
+    engine = Engine(index, encoder, small_cfg(), cfg, decomposer=llm, reader=llm)
     p1, _ = engine.answer([q1, q2])
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
-    expect = [template.format(subquery=s, question=q1) for s in ("Who directed Alpha?", "Where was Ilse Marrow born?")]
+    # "Who directed Alpha?" names Alpha as the question does: with anchoring it searches alone
+    hop1 = "Who directed Alpha?" if anchored else template.format(subquery="Who directed Alpha?", question=q1)
+    hop2 = template.format(subquery="Where was Ilse Marrow born?", question=q1)
     # encoder calls: the questions, then one call per hop; a one-step plan equal to its question
     # searches with the question alone, and a masked question keeps its question
-    assert encoder.seen[1] == [expect[0], q2] and encoder.seen[2] == [expect[1], q2]
+    assert encoder.seen[1] == [hop1, q2] and encoder.seen[2] == [hop2, q2]
     assert llm.read_calls[0][0] == ["Who directed Alpha?", "What is Sarn?"]
     assert llm.read_calls[1][0] == ["Where was Ilse Marrow born?", q2]
 
