@@ -34,6 +34,53 @@ def clean_answer(text: str) -> str:
     return line
 
 
+def choice_options(question: str) -> list[str]:
+    """The two options of a choice question ("Which film came out first, Alpha or Beta?"): the
+    text after the first comma, split at its last " or "; ``[]`` when the question offers none.
+
+    Example:
+        >>> choice_options("Which film has the director who died first, Love, Honor And Oh-Baby! or Flannelfoot?")
+        ['Love, Honor And Oh-Baby!', 'Flannelfoot']
+    """
+    q = question.strip().rstrip("?").strip()
+    if "," not in q:
+        return []
+    parts = q.split(",", 1)[1].rsplit(" or ", 1)
+    options = [p.strip() for p in parts]
+    return options if len(parts) == 2 and all(options) else []
+
+
+def resolve_choice(question: str, answer: str, steps: list) -> str:
+    """Map a choice question's answer back to an option when the reader answered with what one
+    of the options led to: for "Which film has the director who died first, Alpha or Beta?" the
+    chain's "Who directed Alpha?" -> "Ann Lee" turns the answer "Ann Lee" into "Alpha".
+
+    The answer is kept when the question offers no two options, when the answer already shares
+    a word with an option, or when no single option is named by a sub-question answered with it.
+
+    Args:
+        question: the question.
+        answer: the final read's answer.
+        steps: the chain's ``(sub-question, answer)`` pairs.
+
+    Example:
+        >>> resolve_choice("Which film came out first, Alpha or Beta?", "Ann Lee", [("Who directed Alpha?", "Ann Lee")])
+        'Alpha'
+    """
+    from hpengine.eval import normalize_answer as norm
+
+    options = choice_options(question)
+    words = set(norm(answer).split())
+    if len(options) != 2 or not words or any(words & set(norm(o).split()) for o in options):
+        return answer
+    for subquery, sub_answer in steps:
+        if norm(sub_answer) == norm(answer):
+            named = [o for o in options if f" {norm(o)} " in f" {norm(subquery)} "]
+            if len(named) == 1:
+                return named[0]
+    return answer
+
+
 def is_unknown(answer: str) -> bool:
     a = answer.strip().lower()
     return not a or a.startswith(UNKNOWN) or a in {"none", "n/a", "not mentioned", "not given"}

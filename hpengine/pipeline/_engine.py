@@ -16,11 +16,12 @@ from hpengine._profiling import StageTimer
 from hpengine.config import RetrievalConfig
 from hpengine.models._decomposer import names_shared, rewrite
 from hpengine.models._entities import entity_key
-from hpengine.models._reader import is_unknown
+from hpengine.models._reader import is_unknown, resolve_choice
 from hpengine.pipeline._ranking import (
     best_home,
     bridge_entities,
     linked_bridges,
+    lead_passages,
     rank_passages,
 )
 from hpengine.sparse import csr_arrays, gather_csr_rows
@@ -88,6 +89,18 @@ class EngineConfig:
     # Flannelfoot?" in a comparison of two films): it searches alone, the question would pull
     # in the other film (off: every sub-question uses search_template)
     anchored_search_alone: bool = True
+    # ... and so is a sub-question that names an earlier hop's answer ("What is the average
+    # snowfall in Seattle?" after hop 1 answered "Seattle"): the question would pull the search
+    # back to hop 1's facts (off: only the question's names anchor)
+    answers_anchor: bool = True
+    # LLM mode: the ranking starts with the best passages of one hop on the whole question (the
+    # no-LLM mode's first hop); the answer-guided chain follows. Retrieval only: the readers do
+    # not see that hop's facts (0: off)
+    question_passages: int = 1
+    # LLM mode: a choice question's answer that is what one option led to ("Which film has the
+    # director who died first, A or B?" answered with A's director) is mapped back to that option
+    # through the chain (models._reader.resolve_choice)
+    resolve_choice: bool = True
 
     def __post_init__(self):
         if self.retriever not in RETRIEVERS:
@@ -284,7 +297,7 @@ class Engine:
             active_list = [len(p) > t for p in plans]
             texts = self._hop_queries(questions, plans, t, active_list, answers, carried)
             active = torch.tensor(active_list, device=idx.device)
-            search = self._search_texts(questions, texts, active_list)
+            search = self._search_texts(questions, texts, active_list, answers)
             query_emb = question_emb if search == questions else self._encode(search)
             with self.timer.stage("retrieve"):
                 hop = hyperprove_hop(idx.graph, idx.fact_emb, query_emb, frontier, active=active,
@@ -313,10 +326,19 @@ class Engine:
             steps = [[(h.subquery, h.answer) for h in chain] for chain in chains] if cfg.final_with_steps else None
             with self.timer.stage("read"):
                 final = self.reader.read(questions, self._frontier_texts(frontier), final=True, steps=steps)
+            if cfg.resolve_choice:
+                final = [resolve_choice(qu, a, [(h.subquery, h.answer) for h in chain])
+                         for qu, a, chain in zip(questions, final, chains)]
         dense = self._dense_passages(question_emb, cfg.passage_width)
         ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width,
                                facts_per_hop=self.retrieval.top_k, passages_per_hop=cfg.passages_per_hop,
                                linked=torch.cat(linked, dim=1) if cfg.link_bridge_passages else None)
+        if self.decomposer is not None and cfg.question_passages > 0:
+            with self.timer.stage("retrieve"):
+                empty = torch.full((q, 0), -1, dtype=torch.int64, device=idx.device)
+                lead = hyperprove_hop(idx.graph, idx.fact_emb, question_emb, empty, index=self._facts_index(),
+                                      cfg=self.retrieval, workspace=self._workspace).fact_ids
+            ranked = lead_passages(lead, idx.fact_passage, ranked, cfg.question_passages)
         return [Prediction(questions[i], final[i], chains[i], [p for p in ranked[i].tolist() if p >= 0],
                            diagnostics[i]) for i in range(q)]
 
@@ -333,19 +355,21 @@ class Engine:
                 texts.append(rewrite(plan[t], answers[i]))
         return texts
 
-    def _search_texts(self, questions: list, texts: list, active: list) -> list:
-        """LLM mode: hop ``t``'s search text per question from ``search_template`` (text building)."""
+    def _search_texts(self, questions: list, texts: list, active: list, answers: list) -> list:
+        """LLM mode: hop ``t``'s search text per question from ``search_template`` (text building).
+        ``answers[i]`` holds question i's earlier hop answers (anchors with ``answers_anchor``)."""
         if self.decomposer is None:
             return texts
-        template, anchor = self.config.search_template, self.config.anchored_search_alone
+        cfg = self.config
         out = []
-        for q, s, a in zip(questions, texts, active):
+        for q, s, a, earlier in zip(questions, texts, active, answers):
+            anchors = " ".join([q, *earlier]) if cfg.answers_anchor else q
             if not a or s == q:
                 out.append(q)
-            elif anchor and names_shared(s, q):
+            elif cfg.anchored_search_alone and names_shared(s, anchors):
                 out.append(s)
             else:
-                out.append(template.format(subquery=s, question=q).strip())
+                out.append(cfg.search_template.format(subquery=s, question=q).strip())
         return out
 
     def _read_hop(self, texts: list, frontier: Tensor, bridges: list, homes: Tensor, question_emb: Tensor):

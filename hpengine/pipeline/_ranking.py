@@ -100,6 +100,32 @@ def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Ten
     return compact(ids, keep, width)
 
 
+def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, count: int) -> Tensor:
+    """Put the passages of the first ``count`` distinct passages of ``lead_facts`` ahead of a
+    ranking (duplicates removed, width kept).
+
+    Args:
+        lead_facts: int64 ``[Q, K]`` fact ids, best first, ``-1`` padded (e.g. a hop on the
+            whole question).
+        fact_passage: int64 ``[H]`` (sigma).
+        ranked: int64 ``[Q, W]`` a passage ranking, ``-1`` padded.
+        count: leading passages to take from ``lead_facts`` (0: ``ranked`` unchanged).
+
+    Returns:
+        int64 ``[Q, W]``.
+
+    Example:
+        >>> lead_passages(torch.tensor([[0, 1, 2]]), torch.tensor([7, 7, 5]), torch.tensor([[3, 5, 4]]), 1)
+        tensor([[7, 3, 5]])
+    """
+    if count <= 0:
+        return ranked
+    lead = torch.where(lead_facts >= 0, fact_passage[lead_facts.clamp_min(0)], torch.full_like(lead_facts, -1))
+    lead = compact(lead, first_occurrence(lead), count)
+    ids = torch.cat([lead, ranked], dim=1)
+    return compact(ids, first_occurrence(ids), ranked.shape[1])
+
+
 def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
                     excluded: Tensor, num_entities: int, entity_weight: Tensor | None = None,
                     reduce: str = "sum") -> tuple[Tensor, Tensor]:

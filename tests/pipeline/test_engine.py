@@ -108,7 +108,8 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
     q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(), decomposer=llm, reader=llm)
+    # question_passages=0: the ranking is the chain's alone (the lead is tested below)
+    engine = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=0), decomposer=llm, reader=llm)
     p1, p2 = engine.answer([q1, q2])
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
     assert [h.answer for h in p1.chain] == ["Ilse Marrow", "Halden"]
@@ -126,6 +127,39 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
                          [("What is Sarn?", "a city")]]
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_llm_mode_ranking_leads_with_the_question_hop(built, count):
+    from hpengine.retrieval import hyperprove_hop
+
+    index, encoder, _ = built
+    q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
+    llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
+                      {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
+    plain = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=0), decomposer=llm, reader=llm)
+    led = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=count), decomposer=llm, reader=llm)
+    hop = hyperprove_hop(index.graph, index.fact_emb, encoder.encode([q1, q2]), cfg=small_cfg())
+    for p, lead, q in zip(plain.answer([q1, q2]), led.answer([q1, q2]), hop.fact_ids.tolist()):
+        first = list(dict.fromkeys(index.fact_passage[f].item() for f in q if f >= 0))[:count]
+        assert lead.passages[:count] == first  # the question hop's best passages lead
+        expect = list(dict.fromkeys(first + p.passages))[: len(p.passages)]
+        assert lead.passages == expect  # then the chain's ranking, repeats removed
+        assert [h.facts for h in lead.chain] == [h.facts for h in p.chain]  # readers see the same facts
+
+
+@pytest.mark.parametrize("resolve", [True, False])
+def test_llm_mode_maps_a_choice_answer_back_to_its_option(built, resolve):
+    index, encoder, _ = built
+    q = "Which film has the director born first, Alpha or Beta?"
+    llm = ScriptedLLM({q: ["Who directed Alpha?", "Who directed Beta?", "Who was born first, #1 or #2?"]},
+                      {"directed Alpha": "Ilse Marrow", "directed Beta": "Oskar Venn", "born first": "Ilse Marrow"})
+    engine = Engine(index, encoder, small_cfg(), EngineConfig(num_hops=3, resolve_choice=resolve),
+                    decomposer=llm, reader=llm)
+    (p,) = engine.answer([q])
+    assert [h.answer for h in p.chain] == ["Ilse Marrow", "Oskar Venn", "Ilse Marrow"]
+    # the final read answered with Alpha's director; the chain maps it back to Alpha
+    assert p.answer == ("Alpha" if resolve else "Ilse Marrow")
+
+
 class RecordingEncoder(HashingEncoder):
     def __init__(self, dim):
         super().__init__(dim=dim)
@@ -136,21 +170,25 @@ class RecordingEncoder(HashingEncoder):
         return super().encode(texts)
 
 
-@pytest.mark.parametrize("template,anchored", [("{subquery} {question}", True), ("{subquery} {question}", False),
-                                               ("{subquery}", True)])
-def test_llm_mode_searches_with_template_reads_plain_subquery(built, template, anchored):
+@pytest.mark.parametrize("template,anchored,by_answers", [("{subquery} {question}", True, False),
+                                                          ("{subquery} {question}", True, True),
+                                                          ("{subquery} {question}", False, True),
+                                                          ("{subquery}", True, False)])
+def test_llm_mode_searches_with_template_reads_plain_subquery(built, template, anchored, by_answers):
     index, _, _ = built
     encoder = RecordingEncoder(dim=256)
     q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
-    cfg = EngineConfig(search_template=template, anchored_search_alone=anchored)
+    cfg = EngineConfig(search_template=template, anchored_search_alone=anchored, answers_anchor=by_answers)
     engine = Engine(index, encoder, small_cfg(), cfg, decomposer=llm, reader=llm)
     p1, _ = engine.answer([q1, q2])
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
     # "Who directed Alpha?" names Alpha as the question does: with anchoring it searches alone
     hop1 = "Who directed Alpha?" if anchored else template.format(subquery="Who directed Alpha?", question=q1)
-    hop2 = template.format(subquery="Where was Ilse Marrow born?", question=q1)
+    # "Where was Ilse Marrow born?" names hop 1's answer: with answers as anchors it searches alone
+    hop2 = ("Where was Ilse Marrow born?" if anchored and by_answers
+            else template.format(subquery="Where was Ilse Marrow born?", question=q1))
     # encoder calls: the questions, then one call per hop; a one-step plan equal to its question
     # searches with the question alone, and a masked question keeps its question
     assert encoder.seen[1] == [hop1, q2] and encoder.seen[2] == [hop2, q2]

@@ -7,6 +7,7 @@ from hpengine.pipeline._ranking import (
     bridge_entities,
     compact,
     first_occurrence,
+    lead_passages,
     linked_bridges,
     rank_passages,
 )
@@ -38,6 +39,32 @@ def test_compact_and_rank_passages():
     dense = torch.tensor([[7, 2, 5], [5, 5, 0]])
     ranked = rank_passages(chain, fact_passage, dense, 4)
     assert ranked.tolist() == [[2, 1, 7, 5], [5, 0, -1, -1]]
+
+
+def reference_lead_passages(lead_facts, fact_passage, ranked, count):
+    lead = []
+    for f in lead_facts:
+        if f >= 0 and fact_passage[f] not in lead and len(lead) < count:
+            lead.append(fact_passage[f])
+    out = []
+    for x in lead + ranked:
+        if x >= 0 and x not in out:
+            out.append(x)
+    return (out + [-1] * len(ranked))[: len(ranked)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 5])
+def test_lead_passages_matches_python(count):
+    g = torch.Generator().manual_seed(count)
+    fact_passage = torch.randint(0, 6, (20,), generator=g)
+    lead_facts = torch.randint(-1, 20, (9, 4), generator=g)
+    ranked = torch.randint(-1, 6, (9, 5), generator=g)
+    ranked = compact(ranked, first_occurrence(ranked), 5)  # a ranking has no repeats
+    out = lead_passages(lead_facts, fact_passage, ranked, count)
+    for i in range(9):
+        assert out[i].tolist() == reference_lead_passages(lead_facts[i].tolist(), fact_passage.tolist(),
+                                                          ranked[i].tolist(), count)
+    assert torch.equal(lead_passages(lead_facts[:3], fact_passage, ranked[:3], count), out[:3])  # batched = subset
 
 
 def test_bridge_entities_by_support_with_exclusions():
