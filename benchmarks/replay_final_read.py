@@ -1,12 +1,15 @@
-"""Replay the final reads of an LLM-mode run from its JSON records, with and without the chain's
-(sub-question, answer) pairs in the prompt (EngineConfig.final_with_steps), on exactly the same
-facts. Costs one batched read per variant instead of a whole run.
+"""Replay the final reads of an LLM-mode run from its JSON records on exactly the same facts:
+with and without the chain's (sub-question, answer) pairs in the prompt
+(``EngineConfig.final_with_steps``), each scored as read and after ``resolve_choice`` (a choice
+question's answer mapped back to its option through the chain). Costs one batched read per
+variant instead of a whole run.
 
     python benchmarks/replay_final_read.py --run llm100/2wikimultihopqa_hyperprove.json \\
         --questions ../shared/data/2wikimultihopqa/dev.json --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b
 
-The first line ("facts only") reproduces the run's own final answers (its "same as the run"
-count checks that the replay is faithful; bf16 batching may flip a few).
+"same as the run" counts the answers equal to the run's own (before ``resolve_choice``); for the
+variant the run used it checks that the replay is faithful (bf16 batching may flip a few).
+``--reads steps`` or ``--reads nosteps`` reads one variant only.
 """
 from __future__ import annotations
 
@@ -21,13 +24,15 @@ def main() -> None:
     ap.add_argument("--questions", required=True, help="the dev.json it ran on (for the question types)")
     ap.add_argument("--llm", required=True)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--reads", default="steps,nosteps", help="comma-separated: steps, nosteps")
+    ap.add_argument("--save", help="write the replayed answers per variant to this JSON file")
     args = ap.parse_args()
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.eval import exact_match, f1_score
-    from hpengine.models._reader import Reader
+    from hpengine.models._reader import Reader, resolve_choice
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     types = [q.get("type", "all") for q in json.load(open(args.questions))[: len(records)]]
@@ -37,18 +42,27 @@ def main() -> None:
     questions = [r["question"] for r in records]
     facts = [[f["text"] for hop in r["chain"] for f in hop["facts"]] for r in records]
     steps = [[(hop["subquery"], hop["answer"]) for hop in r["chain"]] for r in records]
-    for name, st in (("facts only (as run)", None), ("facts + sub-answers", steps)):
+    saved = {}
+    for name in args.reads.split(","):
+        if name not in ("steps", "nosteps"):
+            raise SystemExit(f"--reads: unknown variant {name!r} (steps, nosteps)")
         start = time.perf_counter()
-        pred = reader.read(questions, facts, final=True, steps=st)
-        em = [exact_match(a, r["gold"]) for a, r in zip(pred, records)]
-        f1 = [f1_score(a, r["gold"]) for a, r in zip(pred, records)]
-        same = sum(a == r["prediction"] for a, r in zip(pred, records))
-        by_type: dict = {}
-        for t, e in zip(types, em):
-            by_type.setdefault(t, []).append(e)
-        print(f"{name}: EM {sum(em) / len(em):.3f} F1 {sum(f1) / len(f1):.3f} "
-              f"(same as the run: {same}/{len(records)}; {time.perf_counter() - start:.0f} s)")
-        print("   EM by type:", {t: round(sum(v) / len(v), 3) for t, v in by_type.items()}, flush=True)
+        read = reader.read(questions, facts, final=True, steps=steps if name == "steps" else None)
+        same = sum(a == r["prediction"] or resolve_choice(q, a, st) == r["prediction"]
+                   for a, r, q, st in zip(read, records, questions, steps))
+        print(f"{name}: {time.perf_counter() - start:.0f} s, same as the run: {same}/{len(records)}")
+        resolved = [resolve_choice(q, a, st) for q, a, st in zip(questions, read, steps)]
+        saved[name] = {"read": read, "resolved": resolved}
+        for label, pred in (("as read", read), ("+ resolve_choice", resolved)):
+            em = [exact_match(a, r["gold"]) for a, r in zip(pred, records)]
+            f1 = [f1_score(a, r["gold"]) for a, r in zip(pred, records)]
+            by_type: dict = {}
+            for t, e in zip(types, em):
+                by_type.setdefault(t, []).append(e)
+            print(f"   {label}: EM {sum(em) / len(em):.3f} F1 {sum(f1) / len(f1):.3f}; EM by type:",
+                  {t: round(sum(v) / len(v), 3) for t, v in by_type.items()}, flush=True)
+    if args.save:
+        json.dump(saved, open(args.save, "w"), indent=1)
 
 
 if __name__ == "__main__":
