@@ -101,8 +101,8 @@ def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Ten
 
 
 def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, count: int) -> Tensor:
-    """Put the passages of the first ``count`` distinct passages of ``lead_facts`` ahead of a
-    ranking (duplicates removed, width kept).
+    """Put the first ``count`` distinct passages of ``lead_facts`` ahead of a ranking (duplicates
+    removed, width kept).
 
     Args:
         lead_facts: int64 ``[Q, K]`` fact ids, best first, ``-1`` padded (e.g. a hop on the
