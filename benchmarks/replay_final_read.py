@@ -1,8 +1,9 @@
 """Replay the final reads of an LLM-mode run from its JSON records on exactly the same facts:
 with and without the chain's (sub-question, answer) pairs in the prompt
-(``EngineConfig.final_with_steps``), each scored as read and after ``resolve_choice`` (a choice
-question's answer mapped back to its option through the chain). Costs one batched read per
-variant instead of a whole run.
+(``EngineConfig.final_with_steps`` "always" / "never"; with both reads also "comparisons": the
+steps for choice and yes/no questions only), each scored as read and after ``resolve_choice`` (a
+choice question's answer mapped back to its option through the chain). Costs one batched read
+per variant instead of a whole run.
 
     python benchmarks/replay_final_read.py --run llm100/2wikimultihopqa_hyperprove.json \\
         --questions ../shared/data/2wikimultihopqa/dev.json --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b
@@ -32,7 +33,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.eval import exact_match, f1_score
-    from hpengine.models._reader import Reader, resolve_choice
+    from hpengine.models._reader import Reader, is_comparison, resolve_choice
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     types = [q.get("type", "all") for q in json.load(open(args.questions))[: len(records)]]
@@ -43,11 +44,17 @@ def main() -> None:
     facts = [[f["text"] for hop in r["chain"] for f in hop["facts"]] for r in records]
     steps = [[(hop["subquery"], hop["answer"]) for hop in r["chain"]] for r in records]
     saved = {}
-    for name in args.reads.split(","):
-        if name not in ("steps", "nosteps"):
+    names = args.reads.split(",")
+    if set(names) == {"steps", "nosteps"}:
+        names.append("comparisons")
+    for name in names:
+        if name not in ("steps", "nosteps", "comparisons"):
             raise SystemExit(f"--reads: unknown variant {name!r} (steps, nosteps)")
         start = time.perf_counter()
-        read = reader.read(questions, facts, final=True, steps=steps if name == "steps" else None)
+        if name == "comparisons":  # no read: the steps read for comparisons, the other elsewhere
+            read = [saved["steps" if is_comparison(q) else "nosteps"]["read"][i] for i, q in enumerate(questions)]
+        else:
+            read = reader.read(questions, facts, final=True, steps=steps if name == "steps" else None)
         same = sum(a == r["prediction"] or resolve_choice(q, a, st) == r["prediction"]
                    for a, r, q, st in zip(read, records, questions, steps))
         print(f"{name}: {time.perf_counter() - start:.0f} s, same as the run: {same}/{len(records)}")

@@ -50,6 +50,22 @@ def choice_options(question: str) -> list[str]:
     return options if len(parts) == 2 and all(options) else []
 
 
+_YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.I)
+
+
+def is_comparison(question: str) -> bool:
+    """Whether the question compares (offers two options, or asks yes/no): its answer is decided
+    from the sub-answers rather than read off one fact.
+
+    Example:
+        >>> is_comparison("Which film came out first, Alpha or Beta?"), is_comparison("Are Alpha and Beta both films?")
+        (True, True)
+        >>> is_comparison("Where was the director of Alpha born?")
+        False
+    """
+    return bool(choice_options(question)) or bool(_YES_NO.match(question.strip()))
+
+
 def resolve_choice(question: str, answer: str, steps: list) -> str:
     """Map a choice question's answer back to an option when the reader answered with what one
     of the options led to: for "Which film has the director who died first, Alpha or Beta?" the

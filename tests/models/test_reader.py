@@ -1,6 +1,6 @@
 import pytest
 
-from hpengine.models._reader import choice_options, resolve_choice
+from hpengine.models._reader import choice_options, is_comparison, resolve_choice
 
 
 @pytest.mark.parametrize("question,options", [
@@ -39,3 +39,14 @@ def test_resolve_choice_needs_exactly_one_named_option_and_a_choice_question():
     # an option must be named as whole words: "Gang" alone does not name "The Hitler Gang"
     assert resolve_choice(Q, "John Farrow", [("Who led the gang?", "John Farrow")]) == "John Farrow"
     assert resolve_choice("Who directed The Hitler Gang?", "John Farrow", STEPS) == "John Farrow"
+
+
+@pytest.mark.parametrize("question,expected", [
+    ("Which film came out first, Alpha or Beta?", True),
+    ("Are Alpha and Beta both American films?", True),
+    ("  did Ann Lee direct Alpha?", True),
+    ("Where was the director of Alpha born?", False),
+    ("Isabella Rossellini's mother was born where?", False),  # "Is" only as a whole word
+])
+def test_is_comparison(question, expected):
+    assert is_comparison(question) is expected

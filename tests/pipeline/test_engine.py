@@ -109,7 +109,8 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
     # question_passages=0: the ranking is the chain's alone (the lead is tested below)
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=0), decomposer=llm, reader=llm)
+    engine = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=0, final_with_steps="always"),
+                    decomposer=llm, reader=llm)
     p1, p2 = engine.answer([q1, q2])
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
     assert [h.answer for h in p1.chain] == ["Ilse Marrow", "Halden"]
@@ -158,6 +159,27 @@ def test_llm_mode_maps_a_choice_answer_back_to_its_option(built, resolve):
     assert [h.answer for h in p.chain] == ["Ilse Marrow", "Oskar Venn", "Ilse Marrow"]
     # the final read answered with Alpha's director; the chain maps it back to Alpha
     assert p.answer == ("Alpha" if resolve else "Ilse Marrow")
+
+
+@pytest.mark.parametrize("mode", ["always", "comparisons", "never", True, False])
+def test_final_read_sees_steps_per_mode(built, mode):
+    index, encoder, _ = built
+    q1, q2 = "Where was the director of Alpha born?", "Which film came out first, Alpha or Beta?"
+    llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["When was Alpha released?"]},
+                      {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "Alpha released": "1961"})
+    engine = Engine(index, encoder, small_cfg(), EngineConfig(final_with_steps=mode), decomposer=llm, reader=llm)
+    engine.answer([q1, q2])
+    steps1 = [("Who directed Alpha?", "Ilse Marrow"), ("Where was Ilse Marrow born?", "Halden")]
+    steps2 = [("When was Alpha released?", "1961")]
+    expected = {"always": [steps1, steps2], True: [steps1, steps2], "never": [None, None], False: [None, None],
+                "comparisons": [None, steps2]}  # only the choice question's final read sees its steps
+    assert llm.steps == expected[mode]
+
+
+def test_final_with_steps_is_validated():
+    with pytest.raises(ValueError, match="final_with_steps must be one of"):
+        EngineConfig(final_with_steps="sometimes")
+    assert EngineConfig(final_with_steps="False").final_with_steps == "never"  # a Hydra override of the old bool
 
 
 class RecordingEncoder(HashingEncoder):
