@@ -96,7 +96,7 @@ class EngineConfig:
     # ... and so is a sub-question that names an earlier hop's answer ("What is the average
     # snowfall in Seattle?" after hop 1 answered "Seattle"): the question would pull the search
     # back to hop 1's facts. Off by default: a real run (session 4) changed 13 of 100 chains on
-    # 2Wiki and MuSiQue each for +1 / +0 EM and -0.5 / -2.2 R@5 points
+    # 2Wiki and MuSiQue each for +1 / +0 EM and -1.0 / -2.2 R@5 points
     answers_anchor: bool = False
     # LLM mode: the ranking starts with the best passages of one hop on the whole question (the
     # no-LLM mode's first hop); the answer-guided chain follows. Retrieval only: the readers do
