@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hpengine.eval._metrics import normalize_answer as norm
+
 PROMPT_VERSION = "read-v1"
 UNKNOWN = "unknown"
 
@@ -83,8 +85,6 @@ def resolve_choice(question: str, answer: str, steps: list) -> str:
         >>> resolve_choice("Which film came out first, Alpha or Beta?", "Ann Lee", [("Who directed Alpha?", "Ann Lee")])
         'Alpha'
     """
-    from hpengine.eval import normalize_answer as norm
-
     options = choice_options(question)
     words = set(norm(answer).split())
     if len(options) != 2 or not words or any(words & set(norm(o).split()) for o in options):

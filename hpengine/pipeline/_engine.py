@@ -332,13 +332,12 @@ class Engine:
         if self.reader is None:
             final = [a[-1] if a else "" for a in answers]
         else:
-            steps = [[(h.subquery, h.answer) for h in chain] if self._final_steps(qu) else None
-                     for qu, chain in zip(questions, chains)]
+            steps = [[(h.subquery, h.answer) for h in chain] for chain in chains]
+            shown = [st if self._final_steps(qu) else None for qu, st in zip(questions, steps)]
             with self.timer.stage("read"):
-                final = self.reader.read(questions, self._frontier_texts(frontier), final=True, steps=steps)
+                final = self.reader.read(questions, self._frontier_texts(frontier), final=True, steps=shown)
             if cfg.resolve_choice:
-                final = [resolve_choice(qu, a, [(h.subquery, h.answer) for h in chain])
-                         for qu, a, chain in zip(questions, final, chains)]
+                final = [resolve_choice(qu, a, st) for qu, a, st in zip(questions, final, steps)]
         dense = self._dense_passages(question_emb, cfg.passage_width)
         ranked = rank_passages(frontier, idx.fact_passage, dense, cfg.passage_width,
                                facts_per_hop=self.retrieval.top_k, passages_per_hop=cfg.passages_per_hop,
