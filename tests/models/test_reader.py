@@ -7,7 +7,8 @@ from hpengine.models._reader import choice_options, is_comparison, resolve_choic
     ("Which film came out first, Alpha or Beta?", ["Alpha", "Beta"]),
     ("Which film has the director who died first, Love, Honor And Oh-Baby! or Flannelfoot?",
      ["Love, Honor And Oh-Baby!", "Flannelfoot"]),
-    ("Which magazine was started first, Arthur's Magazine or First for Women?", ["Arthur's Magazine", "First for Women"]),
+    ("Which magazine was started first, Arthur's Magazine or First for Women?",
+     ["Arthur's Magazine", "First for Women"]),
     ("Who was born first?", []),  # no comma
     ("Where was the director of Alpha born, in Paris?", []),  # no " or "
     ("Which is older, or?", []),  # empty options
