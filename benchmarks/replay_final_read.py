@@ -28,6 +28,10 @@ def main() -> None:
     ap.add_argument("--reads", default="steps,nosteps", help="comma-separated: steps, nosteps")
     ap.add_argument("--save", help="write the replayed answers per variant to this JSON file")
     args = ap.parse_args()
+    names = args.reads.split(",")
+    unknown = set(names) - {"steps", "nosteps"}
+    if unknown:
+        raise SystemExit(f"--reads: unknown variant(s) {sorted(unknown)} (steps, nosteps)")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -44,12 +48,9 @@ def main() -> None:
     facts = [[f["text"] for hop in r["chain"] for f in hop["facts"]] for r in records]
     steps = [[(hop["subquery"], hop["answer"]) for hop in r["chain"]] for r in records]
     saved = {}
-    names = args.reads.split(",")
     if set(names) == {"steps", "nosteps"}:
-        names.append("comparisons")
+        names.append("comparisons")  # derived from the two reads, no read of its own
     for name in names:
-        if name not in ("steps", "nosteps", "comparisons"):
-            raise SystemExit(f"--reads: unknown variant {name!r} (steps, nosteps)")
         start = time.perf_counter()
         if name == "comparisons":  # no read: the steps read for comparisons, the other elsewhere
             read = [saved["steps" if is_comparison(q) else "nosteps"]["read"][i] for i, q in enumerate(questions)]

@@ -86,11 +86,12 @@ def resolve_choice(question: str, answer: str, steps: list) -> str:
         'Alpha'
     """
     options = choice_options(question)
-    words = set(norm(answer).split())
+    target = norm(answer)
+    words = set(target.split())
     if len(options) != 2 or not words or any(words & set(norm(o).split()) for o in options):
         return answer
     for subquery, sub_answer in steps:
-        if norm(sub_answer) == norm(answer):
+        if norm(sub_answer) == target:
             named = [o for o in options if f" {norm(o)} " in f" {norm(subquery)} "]
             if len(named) == 1:
                 return named[0]

@@ -114,8 +114,9 @@ class EngineConfig:
             raise ValueError(f"num_hops must be >= 1 (got {self.num_hops})")
         if self.bridges_per_hop < 1:
             raise ValueError(f"bridges_per_hop must be >= 1 (got {self.bridges_per_hop})")
-        if isinstance(self.final_with_steps, bool) or str(self.final_with_steps).lower() in ("true", "false"):
-            self.final_with_steps = "always" if str(self.final_with_steps).lower() == "true" else "never"
+        # the field was a bool before session 4: True / False (or Hydra's "true" / "false") still work
+        legacy = {"true": "always", "false": "never"}
+        self.final_with_steps = legacy.get(str(self.final_with_steps).lower(), self.final_with_steps)
         if self.final_with_steps not in FINAL_STEPS:
             raise ValueError(f"final_with_steps must be one of {list(FINAL_STEPS)} (got {self.final_with_steps!r})")
 
