@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpengine.errors import InputNotFoundError, UserError, utf8_error
+
 #: Record keys read into named fields; every other key lands in ``Question.meta``.
 _KNOWN_KEYS = ("id", "question", "answer", "gold_passages", "gold_titles", "question_decomposition")
 
@@ -33,7 +35,7 @@ class Question:
     meta: dict = field(default_factory=dict)
 
 
-class _RecordError(ValueError):
+class _RecordError(UserError):
     """A field problem inside one record; :func:`load_questions` adds the file and record."""
 
 
@@ -53,8 +55,9 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
         The questions in file order.
 
     Raises:
-        ValueError: naming the file, the record index (and id) and the field, or the line of
-            invalid JSON.
+        hpengine.errors.UserError: naming the file, the record index (and id) and the field, or
+            the line of invalid JSON or of bytes that are not UTF-8 (a ``ValueError``).
+        hpengine.errors.InputNotFoundError: no such file (also a ``FileNotFoundError``).
 
     Example:
         >>> import tempfile
@@ -64,8 +67,19 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
         ['Ann']
     """
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    if os.path.isdir(path):
+        raise UserError(f"questions must be a file, not a folder (got {path!r})")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise InputNotFoundError(f"questions file not found (got {path!r})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the questions file ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise utf8_error(path, raw, exc) from None
     records = _parse_json(text, path) if text.lstrip().startswith("[") else _parse_jsonl(text, path)
     questions = []
     for index, record in enumerate(records):
@@ -73,8 +87,8 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
             questions.append(_to_question(record, index))
         except _RecordError as err:
             rid = record.get("id") if isinstance(record, dict) else None
-            where = f"record {index}" + (f" (id {rid!r})" if rid is not None else "")
-            raise ValueError(f"{path}: {where}: {err}") from None
+            where = f"record {index}" + (f" (id {rid!r:.60})" if rid is not None else "")
+            raise UserError(f"{path}: {where}: {err}") from None
     return questions
 
 
@@ -82,9 +96,11 @@ def _parse_json(text: str, path: str) -> list:
     try:
         records = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+        raise UserError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except (ValueError, RecursionError) as err:  # int too long to convert, nesting too deep
+        raise UserError(f"{path}: cannot read the JSON ({type(err).__name__}: {str(err)[:120]})") from None
     if not isinstance(records, list):  # pragma: no cover - text starts with "[" so it is a list
-        raise ValueError(f"{path}: expected a JSON list of question records (got {type(records).__name__})")
+        raise UserError(f"{path}: expected a JSON list of question records (got {type(records).__name__})")
     return records
 
 
@@ -96,10 +112,13 @@ def _parse_jsonl(text: str, path: str) -> list:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as err:
-            raise ValueError(
+            raise UserError(
                 f"{path}: invalid JSON Lines record at line {lineno}, column {err.colno}: {err.msg} "
                 f"(a question file is a JSON list or one JSON object per line)"
             ) from None
+        except (ValueError, RecursionError) as err:  # int too long to convert, nesting too deep
+            raise UserError(f"{path}:{lineno}: cannot read the JSON at line {lineno} "
+                            f"({type(err).__name__}: {str(err)[:120]})") from None
     return records
 
 
@@ -109,11 +128,14 @@ def _to_question(record: Any, index: int) -> Question:
     rid = record.get("id", str(index))
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
         raise _RecordError(f"field 'id' must be a str or int (got {type(rid).__name__})")
+    if isinstance(rid, str):
+        _check_text("id", rid)
     if "question" not in record:
         raise _RecordError("missing field 'question'")
     question = record["question"]
     if not isinstance(question, str) or not question.strip():
-        raise _RecordError(f"field 'question' must be a non-empty str (got {question!r})")
+        raise _RecordError(f"field 'question' must be a non-empty str (got {question!r:.120})")
+    _check_text("question", question)
     passages = _gold_passages(record.get("gold_passages", []))
     return Question(
         id=str(rid),
@@ -126,12 +148,23 @@ def _to_question(record: Any, index: int) -> Question:
     )
 
 
+def _check_text(name: str, value: str) -> None:
+    """Text that can be written back as UTF-8 (a JSON ``"\\ud800"`` escape gives a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _RecordError(f"field {name!r} is not valid Unicode text "
+                           f"(got {value.encode('utf-8', 'backslashreplace')[:60]!r})") from None
+
+
 def _answers(record: dict) -> list[str]:
     if "answer" not in record:
         raise _RecordError("missing field 'answer'")
     answers = record["answer"]
     if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
-        raise _RecordError(f"field 'answer' must be a non-empty list of str (got {answers!r})")
+        raise _RecordError(f"field 'answer' must be a non-empty list of str (got {answers!r:.120})")
+    for a in answers:
+        _check_text("answer", a)
     return list(answers)
 
 
@@ -144,6 +177,7 @@ def _gold_passages(value: Any) -> list[tuple[str, str]]:
         if not (isinstance(p, dict) and isinstance(p.get("title"), str) and isinstance(p.get("text"), str)):
             raise _RecordError(f"field 'gold_passages'[{j}] must be an object with str 'title' and 'text' "
                                f"(got {p!r:.120})")
+        _check_text("gold_passages", p["title"] + p["text"])
         passages.append((p["title"], p["text"]))
     return passages
 

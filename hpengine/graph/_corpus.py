@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+from hpengine.errors import InputNotFoundError, UserError, utf8_error
+
 __all__ = ["Passage", "CorpusLoad", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
 
 _FORMATS = ("json", "jsonl", "csv", "parquet", "hub")
@@ -66,21 +68,21 @@ def _infer_format(path: Path) -> str:
     """Format from the suffix; a ``.json`` file whose first character is not ``[`` is JSONL."""
     fmt = _SUFFIX_FORMATS.get(path.suffix.lower())
     if fmt is None:
-        raise ValueError(
+        raise UserError(
             f"cannot infer the corpus format of {str(path)!r}: pass fmt as one of {list(_FORMATS)} "
             f"or use a suffix among {sorted(_SUFFIX_FORMATS)} (got suffix {path.suffix!r})"
         )
     if fmt == "json":
-        with path.open("r", encoding="utf-8") as f:
-            head = f.read(4096).lstrip("\ufeff \t\r\n")
-        if head.startswith("{"):
+        with path.open("rb") as f:  # binary: the decoding (and its errors) happen in the reader
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        if head.startswith(b"{"):
             return "jsonl"
     return fmt
 
 
-def _record_error(source: str, index: int, message: str, line: Optional[int] = None) -> ValueError:
+def _record_error(source: str, index: int, message: str, line: Optional[int] = None) -> UserError:
     where = f"{source}:{line}" if line is not None else source
-    return ValueError(f"{where}: record {index}: {message}")
+    return UserError(f"{where}: record {index}: {message}")
 
 
 def _check_record(record, source: str, index: int, line: Optional[int] = None) -> Passage:
@@ -97,21 +99,42 @@ def _check_record(record, source: str, index: int, line: Optional[int] = None) -
         if not isinstance(value, str):
             raise _record_error(source, index, f"field {name!r} must be a string "
                                 f"(got {type(value).__name__} {value!r:.60})", line)
+        if not _is_encodable(value):  # e.g. a lone surrogate from a JSON "\\ud800" escape
+            raise _record_error(source, index, f"field {name!r} is not valid Unicode text "
+                                f"(got {value.encode('utf-8', 'backslashreplace')[:60]!r})", line)
         values.append(value.strip())
     return Passage(title=values[0], text=values[1])
 
 
+def _is_encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _decode(source: str, raw: bytes, line_offset: int = 0) -> str:
+    """UTF-8 text (a leading BOM dropped); a :class:`UserError` naming the line otherwise."""
+    try:
+        return raw.decode("utf-8-sig" if line_offset == 0 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise utf8_error(source, raw, exc, line_offset) from None
+
+
 def _iter_json(path: Path) -> Iterator[Passage]:
     source = str(path)
-    with path.open("r", encoding="utf-8-sig") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{source}:{exc.lineno}: invalid JSON at line {exc.lineno} column "
-                             f"{exc.colno}: {exc.msg} (got a file that is not valid JSON)") from None
+    text = _decode(source, path.read_bytes())
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{source}:{exc.lineno}: invalid JSON at line {exc.lineno} column "
+                        f"{exc.colno}: {exc.msg} (got a file that is not valid JSON)") from None
+    except (ValueError, RecursionError) as exc:  # int too long to convert, nesting too deep
+        raise UserError(f"{source}: cannot read the JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
     if not isinstance(data, list):
-        raise ValueError(f"{source}: expected a JSON list of {{title, text}} objects "
-                         f"(got {type(data).__name__})")
+        raise UserError(f"{source}: expected a JSON list of {{title, text}} objects "
+                        f"(got {type(data).__name__})")
     for index, record in enumerate(data):
         yield _check_record(record, source, index)
 
@@ -119,15 +142,21 @@ def _iter_json(path: Path) -> Iterator[Passage]:
 def _iter_jsonl(path: Path) -> Iterator[Passage]:
     source = str(path)
     index = 0
-    with path.open("r", encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:  # binary lines: a decoding error names its line
+        for line_no, raw in enumerate(f, start=1):
+            line = _decode(source, raw, line_no - 1)
+            if line_no == 1:
+                line = line.lstrip("\ufeff")
             if not line.strip():
                 continue  # blank lines are allowed (e.g. a trailing newline)
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{source}:{line_no}: record {index}: invalid JSON at column "
-                                 f"{exc.colno}: {exc.msg} (got {line.strip()[:80]!r})") from None
+                raise UserError(f"{source}:{line_no}: record {index}: invalid JSON at column "
+                                f"{exc.colno}: {exc.msg} (got {line.strip()[:80]!r})") from None
+            except (ValueError, RecursionError) as exc:  # int too long to convert, nesting too deep
+                raise UserError(f"{source}:{line_no}: record {index}: cannot read the JSON "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
             yield _check_record(record, source, index, line_no)
             index += 1
 
@@ -144,18 +173,22 @@ def _iter_datasets(path: str, fmt: str) -> Iterator[Passage]:
             try:
                 table = datasets.load_dataset(name, split=split or "train", cache_dir=cache_dir)
             except Exception as exc:  # network, offline mode, unknown name: one clear message
-                raise FileNotFoundError(
+                raise InputNotFoundError(
                     f"corpus {path!r} is not a local file and could not be loaded as a Hugging Face "
                     f"hub dataset 'name[:split]' (offline, unknown name or no access: "
                     f"{type(exc).__name__}: {str(exc)[:200]}) (got {path!r})"
                 ) from exc
         else:
             kwargs = {"delimiter": "\t"} if path.lower().endswith(".tsv") else {}
-            table = datasets.load_dataset(fmt, data_files=path, split="train", cache_dir=cache_dir,
-                                          keep_in_memory=True, **kwargs)
+            try:
+                table = datasets.load_dataset(fmt, data_files=path, split="train", cache_dir=cache_dir,
+                                              keep_in_memory=True, **kwargs)
+            except Exception as exc:  # the datasets/arrow readers raise many types for a bad file
+                raise UserError(f"{path}: cannot read the file as {fmt} "
+                                f"({type(exc).__name__}: {str(exc)[:200]})") from exc
         missing = [name for name in _FIELDS if name not in table.column_names]
         if missing:
-            raise ValueError(f"{path}: record 0: missing field {missing[0]!r} "
+            raise UserError(f"{path}: record 0: missing field {missing[0]!r} "
                              f"(got columns {table.column_names})")
         for index, record in enumerate(table.select_columns(list(_FIELDS))):
             yield _check_record(record, path, index)
@@ -202,9 +235,11 @@ def load_corpus(path, fmt: Optional[str] = None) -> CorpusLoad:
         :class:`CorpusLoad` with the kept passages and the report counts.
 
     Raises:
-        ValueError: a malformed record, naming the file, the record index (and the line for
-            JSON/JSONL) and the field.
-        FileNotFoundError: the path does not exist and is not a loadable hub dataset.
+        hpengine.errors.UserError: a malformed file or record (not UTF-8, invalid JSON, wrong
+            shape or type), naming the file, the record index (and the line for JSON/JSONL) and
+            the field. It is a ``ValueError``.
+        hpengine.errors.InputNotFoundError: the path does not exist and is not a loadable hub
+            dataset (a ``UserError`` and a ``FileNotFoundError``).
 
     Example:
         >>> load = load_corpus(builtin_corpus_path())
@@ -214,17 +249,24 @@ def load_corpus(path, fmt: Optional[str] = None) -> CorpusLoad:
     path_str = str(path)
     local = Path(path_str).expanduser()
     if fmt is not None and fmt not in _FORMATS:
-        raise ValueError(f"corpus format must be one of {list(_FORMATS)} (got {fmt!r})")
+        raise UserError(f"corpus format must be one of {list(_FORMATS)} (got {fmt!r})")
+    if local.is_dir():
+        raise UserError(f"corpus must be a file, not a folder (got {path_str!r})")
     if fmt is None and not local.is_file() and local.suffix.lower() in _SUFFIX_FORMATS:
-        raise FileNotFoundError(f"corpus file not found (got {path_str!r})")
+        raise InputNotFoundError(f"corpus file not found (got {path_str!r})")
     if fmt is None:
         fmt = _infer_format(local) if local.is_file() else "hub"
     if fmt != "hub" and not local.is_file():
-        raise FileNotFoundError(f"corpus file not found (got {path_str!r})")
+        raise InputNotFoundError(f"corpus file not found (got {path_str!r})")
     if fmt == "json":
         records = _iter_json(local)
     elif fmt == "jsonl":
         records = _iter_jsonl(local)
     else:
         records = _iter_datasets(path_str if fmt == "hub" else str(local), fmt)
-    return _dedupe(records, fmt)
+    try:
+        return _dedupe(records, fmt)
+    except UserError:
+        raise
+    except OSError as exc:  # unreadable file (permissions, I/O error)
+        raise UserError(f"{path_str}: cannot read the corpus ({exc.strerror or exc})") from exc
