@@ -11,16 +11,22 @@ On-disk layout (folder)::
 The expanded incidence ``A_i+ = A_i ∪ Syn(A_i)`` is derived from ``fact_entity_raw`` and
 ``synonyms`` on load (O(nnz)), so incremental adds can re-derive it exactly.
 
-Atomicity: a save writes a sibling temporary folder, then swaps it in with two renames
-(``old -> .bak``, ``tmp -> old``) and deletes the backup. An interruption before the swap
-leaves the previous index untouched; one between the two renames leaves ``DIR.bak`` complete,
-and :meth:`Index.load` recovers from it.
+Atomicity: a save writes a sibling temporary folder ``.DIR.tmp-<pid>-<hex>``, then swaps it in
+with two renames (``old -> .bak``, ``tmp -> old``) and deletes the backup. An interruption
+before the swap leaves the previous index untouched; one between the two renames leaves
+``DIR.bak`` complete, and the next :meth:`Index.load` or :meth:`Index.save` renames it back.
+
+Leftovers of killed saves are cleaned up by the next save or load of the same folder, only when
+provably stale (:func:`clean_stale`): a temporary folder whose writing process is gone, and a
+backup when ``DIR`` itself is complete. The only complete copy is never deleted.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +35,22 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from hpengine.errors import OutputExistsError, UserError
 from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
 from hpengine.graph._synonyms import expand_with_synonyms
 
 FORMAT_VERSION = 1
 _META, _TEXTS, _TENSORS = "index.json", "texts.json", "tensors.safetensors"
+#: a temporary folder written by the pre-pid format, older than this, is a leftover (seconds)
+_LEGACY_TMP_AGE = 3600
+_INT_TENSORS = ("fact_passage", "fact_entity_raw", "synonyms")
+_FLOAT_TENSORS = ("fact_emb", "entity_emb", "passage_emb")
 
 
-class IndexFormatError(ValueError):
-    """A saved index is missing, corrupt, or of another format version or encoder."""
+class IndexFormatError(UserError):
+    """A saved index is missing, corrupt, or of another format version or encoder (a user error:
+    the message names the file found wrong)."""
 
 
 @dataclass
@@ -118,7 +130,8 @@ class Index:
         """Write the index atomically to folder ``path`` (see module docstring)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+        clean_stale(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         tmp.mkdir()
         try:
             tensors = {
@@ -151,16 +164,18 @@ class Index:
             expected_encoder: when given, the index must have been built with this encoder name.
 
         Raises:
-            IndexFormatError: missing files, other format version, inconsistent shapes, or
-                another encoder than ``expected_encoder``.
+            IndexFormatError: missing files, other format version, JSON of the wrong shape,
+                inconsistent shapes, ids out of range, non-finite embeddings, or another encoder
+                than ``expected_encoder``; the message names the file.
         """
         path = Path(path)
-        backup = path.with_name(path.name + ".bak")
-        if not (path / _META).exists() and (backup / _META).exists():
-            os.replace(backup, path)  # a save was interrupted between its two renames
+        if path.parent.is_dir():
+            clean_stale(path)
         if not (path / _META).exists():
             raise IndexFormatError(f"{path} is not an hpengine index (no {_META})")
         meta = _read_json(path / _META)
+        if not isinstance(meta, dict):
+            raise IndexFormatError(f"{path / _META}: expected a JSON object (got {type(meta).__name__})")
         version = meta.get("format_version")
         if version != FORMAT_VERSION:
             raise IndexFormatError(f"{path}: index format version {version} is not supported "
@@ -168,24 +183,36 @@ class Index:
         if expected_encoder is not None and meta.get("encoder") != expected_encoder:
             raise IndexFormatError(f"{path}: index was built with encoder {meta.get('encoder')!r} but "
                                    f"{expected_encoder!r} is configured; rebuild the index or configure that encoder")
-        texts = _read_json(path / _TEXTS)
+        passages, facts, entities = _read_texts(path / _TEXTS)
         try:
             tensors = load_file(str(path / _TENSORS), device=str(torch.device(device)))
         except Exception as exc:  # safetensors raises its own error types
             raise IndexFormatError(f"{path / _TENSORS}: cannot read tensors ({exc})") from exc
+        for name, t in tensors.items():
+            wanted = torch.int64 if name in _INT_TENSORS else None
+            if wanted is not None and t.dtype != wanted:
+                raise IndexFormatError(f"{path / _TENSORS}: tensor {name} must be int64 (got {t.dtype})")
+            if name in _FLOAT_TENSORS and not t.is_floating_point():
+                raise IndexFormatError(f"{path / _TENSORS}: tensor {name} must be floating point (got {t.dtype})")
         index = cls(
-            passages=[Passage(p["title"], p["text"]) for p in texts["passages"]],
-            facts=texts["facts"], entities=texts["entities"],
+            passages=passages, facts=facts, entities=entities,
             fact_passage=_need(tensors, "fact_passage", path), fact_entity_raw=_need(tensors, "fact_entity_raw", path),
             synonyms=_need(tensors, "synonyms", path), fact_emb=_need(tensors, "fact_emb", path),
             entity_emb=_need(tensors, "entity_emb", path), passage_emb=tensors.get("passage_emb"),
             meta={k: v for k, v in meta.items() if k != "format_version"},
         )
-        index.check(path)
+        index.check(path / _TENSORS)
+        for key, count in (("num_facts", len(facts)), ("num_entities", len(entities)),
+                           ("num_passages", len(passages))):
+            if key in meta and meta[key] != count:
+                raise IndexFormatError(f"{path / _META}: {key} is {meta[key]!r} but {_TEXTS} holds {count}; "
+                                       f"the index files do not belong together")
         return index
 
     def check(self, where="index") -> None:
-        """Shape consistency of texts and tensors; raises :class:`IndexFormatError`."""
+        """Consistency of texts and tensors: shapes against the text counts, fact -> passage and
+        entity ids in range, one embedding dim, finite embeddings. O(nnz + (H + V + P) D), run on
+        every load. Raises :class:`IndexFormatError` naming ``where``."""
         h, v, p = self.num_facts, self.num_entities, self.num_passages
         expect = {"fact_passage": (h,), "fact_emb": (h, None), "entity_emb": (v, None)}
         if self.passage_emb is not None:
@@ -200,10 +227,28 @@ class Index:
             if t.dim() != 2 or t.shape[0] != 2:
                 raise IndexFormatError(f"{where}: tensor {name} must be [2, n] (got {tuple(t.shape)})")
         if h and (int(self.fact_passage.max()) >= p or int(self.fact_passage.min()) < 0):
-            raise IndexFormatError(f"{where}: fact_passage refers to passages outside [0, {p})")
-        for name, t in (("fact_entity_raw", self.fact_entity_raw), ("synonyms", self.synonyms)):
-            if t.numel() and (int(t[1].max()) >= v or int(t[1].min()) < 0):
+            raise IndexFormatError(f"{where}: fact_passage refers to passages outside [0, {p}) (got ids "
+                                   f"{int(self.fact_passage.min())}..{int(self.fact_passage.max())})")
+        # rows: (fact, entity) for fact_entity_raw, (entity, entity) for synonyms
+        for name, t, row_size in (("fact_entity_raw", self.fact_entity_raw, h), ("synonyms", self.synonyms, v)):
+            if not t.numel():
+                continue
+            if int(t[1].max()) >= v or int(t[1].min()) < 0:
                 raise IndexFormatError(f"{where}: {name} refers to entities outside [0, {v})")
+            if int(t[0].max()) >= row_size or int(t[0].min()) < 0:
+                what = "facts" if name == "fact_entity_raw" else "entities"
+                raise IndexFormatError(f"{where}: {name} refers to {what} outside [0, {row_size})")
+        embeddings = [(n, getattr(self, n)) for n in _FLOAT_TENSORS if getattr(self, n) is not None]
+        dims = {n: int(t.shape[1]) for n, t in embeddings}
+        if len(set(dims.values())) > 1:
+            raise IndexFormatError(f"{where}: embeddings must share one dim D (got {dims})")
+        expected_dim = self.meta.get("embedding_dim")
+        if expected_dim is not None and dims and expected_dim not in dims.values():
+            raise IndexFormatError(f"{where}: embeddings have dim {dims['fact_emb']} but {_META} says "
+                                   f"embedding_dim={expected_dim!r}")
+        for name, t in embeddings:
+            if t.numel() and not bool(torch.isfinite(t).all()):
+                raise IndexFormatError(f"{where}: tensor {name} has non-finite values (NaN or inf)")
 
 
 def _need(tensors: dict, name: str, path: Path) -> Tensor:
@@ -227,15 +272,112 @@ def _read_json(path: Path):
         raise IndexFormatError(f"{path} is missing") from exc
     except json.JSONDecodeError as exc:
         raise IndexFormatError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from exc
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from exc
+    except (ValueError, RecursionError, OSError) as exc:  # int too long, nesting too deep, unreadable
+        raise IndexFormatError(f"{path}: cannot read ({type(exc).__name__}: {str(exc)[:120]})") from exc
+
+
+def _read_texts(path: Path) -> tuple[list, list, list]:
+    """``texts.json`` as (passages, facts, entities), every field type-checked."""
+    texts = _read_json(path)
+    if not isinstance(texts, dict):
+        raise IndexFormatError(f"{path}: expected a JSON object with passages, facts, entities "
+                               f"(got {type(texts).__name__})")
+    for key in ("passages", "facts", "entities"):
+        if not isinstance(texts.get(key), list):
+            raise IndexFormatError(f"{path}: {key!r} must be a list "
+                                   f"(got {type(texts.get(key)).__name__ if key in texts else 'no such key'})")
+    passages = []
+    for i, rec in enumerate(texts["passages"]):
+        if not (isinstance(rec, dict) and isinstance(rec.get("title"), str) and isinstance(rec.get("text"), str)):
+            raise IndexFormatError(f"{path}: passages[{i}] must be an object with str 'title' and 'text' "
+                                   f"(got {rec!r:.80})")
+        passages.append(Passage(rec["title"], rec["text"]))
+    for key in ("facts", "entities"):
+        bad = next((i for i, x in enumerate(texts[key]) if not isinstance(x, str)), None)
+        if bad is not None:
+            raise IndexFormatError(f"{path}: {key}[{bad}] must be a str (got {texts[key][bad]!r:.80})")
+    return passages, texts["facts"], texts["entities"]
+
+
+def _is_complete(folder: Path) -> bool:
+    """All three files of an index are there (``index.json`` alone is not enough: a half-deleted
+    backup may still hold it)."""
+    return all((folder / name).is_file() for name in (_META, _TEXTS, _TENSORS))
+
+
+_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?:(?P<pid>\d+)-)?[0-9a-f]{8}$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def clean_stale(path: str | os.PathLike) -> list[Path]:
+    """Recover and remove what killed saves of index folder ``path`` left behind.
+
+    - ``DIR`` missing or incomplete and ``DIR.bak`` complete: a save was killed between its two
+      renames; the backup is renamed back to ``DIR`` (it is the only complete copy). An
+      incomplete ``DIR`` (not an index) is left alone and the backup stays.
+    - ``DIR`` complete and ``DIR.bak`` present: the backup is stale (the save finished its renames
+      and was killed while deleting it); it is deleted.
+    - ``.DIR.tmp-<pid>-<hex>`` whose process ``pid`` is gone: deleted; a legacy
+      ``.DIR.tmp-<hex>`` (no pid) only when older than an hour. A live save's folder is kept.
+
+    Returns:
+        The paths deleted or renamed.
+    """
+    path = Path(path)
+    backup = path.with_name(path.name + ".bak")
+    done, live_writer = [], False
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        siblings = []
+    for entry in siblings:
+        match = _TMP_NAME.match(entry.name)
+        if not match or match.group("name") != path.name or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid = match.group("pid")
+        if pid is not None:
+            stale = int(pid) != os.getpid() and not _pid_alive(int(pid))
+        else:
+            try:
+                stale = time.time() - entry.stat().st_mtime > _LEGACY_TMP_AGE
+            except OSError:
+                stale = False
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(entry)
+        else:
+            live_writer = True
+    if backup.is_dir() and not backup.is_symlink():
+        if not path.exists() and _is_complete(backup):
+            if not live_writer:  # a live save is between its renames: it puts DIR back itself
+                os.replace(backup, path)
+                done.append(backup)
+        elif _is_complete(path):
+            shutil.rmtree(backup, ignore_errors=True)
+            done.append(backup)
+    return done
 
 
 def _swap_in(tmp: Path, path: Path) -> None:
     backup = path.with_name(path.name + ".bak")
-    if backup.exists():
-        shutil.rmtree(backup)
     if path.exists():
         if not path.is_dir() or (any(path.iterdir()) and not (path / _META).exists()):
-            raise FileExistsError(f"{path} exists and is not an hpengine index; refusing to replace it")
+            raise OutputExistsError(f"{path} exists and is not an hpengine index; refusing to replace it")
+        if backup.exists():  # DIR is there: the backup is a leftover, not the only copy
+            shutil.rmtree(backup)
         os.replace(path, backup)
+    elif backup.exists():  # clean_stale renamed a complete backup back, so this one is incomplete
+        shutil.rmtree(backup)
     os.replace(tmp, path)
     shutil.rmtree(backup, ignore_errors=True)
