@@ -35,6 +35,7 @@ setup(
         "python-louvain>=0.16",
         "tqdm>=4.66",
         "psutil>=5.9",
+        "matplotlib>=3.7",  # hpengine report
     ],
     extras_require={
         "gpu": ["faiss-gpu-cu12>=1.8"],

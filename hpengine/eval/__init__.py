@@ -1,4 +1,4 @@
-"""Evaluation (SPEC §4): EM/F1, passage Recall@k, question files."""
+"""Evaluation (SPEC §4): EM/F1, passage Recall@k, question files, HTML reports of eval runs."""
 from hpengine.eval._metrics import (
     exact_match,
     f1_score,
@@ -8,9 +8,11 @@ from hpengine.eval._metrics import (
     recall_at_k_batch,
 )
 from hpengine.eval._questions import Question, load_questions
+from hpengine.eval._report import build_report, write_report
 
 __all__ = [
     "Question",
+    "build_report",
     "exact_match",
     "f1_score",
     "load_questions",
@@ -18,4 +20,5 @@ __all__ = [
     "passage_ids",
     "recall_at_k",
     "recall_at_k_batch",
+    "write_report",
 ]

@@ -79,6 +79,9 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         retrieved = [(idx.passages[i].title, idx.passages[i].text) for i in p.passages]
         rec = {"id": q.id, "gold": q.answers, **p.to_dict(idx), "em": exact_match(p.answer, q.answers),
                "f1": f1_score(p.answer, q.answers)}
+        # rank of each distinct gold passage (None: not retrieved): `hpengine report` draws Recall@k for any k
+        gold = list(dict.fromkeys((t.strip(), x.strip()) for t, x in q.gold_passages))
+        rec["gold_ranks"] = [retrieved.index(g) if g in retrieved else None for g in gold]
         for k in eval_cfg.recall_ks:
             # the corpus loader strips whitespace; compare gold passages the same way
             rec[f"recall@{k}"] = recall_at_k(retrieved, [(t.strip(), x.strip()) for t, x in q.gold_passages], k)
@@ -204,4 +207,7 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False) -> tuple:
     engine = make_engine(ecfg, index=index, encoder=encoder)
     questions = load_questions(str(builtin_questions_path()))
     result = evaluate(engine, questions, cfg.eval, progress)
+    from hpengine.eval._report import write_report  # the demo's report page, beside its index
+
+    result["report"] = write_report([result], f"{out}.report.html", questions=questions)
     return build_report, result, engine

@@ -26,6 +26,7 @@ commands:
   demo    built-in default: index the built-in corpus, answer its questions, print chains and scores
   ask     one question:     hpengine ask INDEX "question" [model.llm=PATH]
   eval    a question file:  hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json
+  report  one HTML page:    hpengine report RUN.json [RUN2.json ...] [out=report.html]  (compares eval runs)
 Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps."""
 
 
@@ -69,6 +70,9 @@ def _eval_task(cfg) -> None:
     print(summary_table(result))
     if ecfg.output:
         print(f"per-question records written to {ecfg.output}")
+        from hpengine.eval._report import default_report_path
+
+        print(f"report page: hpengine report {ecfg.output}  (writes {default_report_path(ecfg.output)})")
 
 
 def _demo_task(cfg) -> None:
@@ -88,6 +92,8 @@ def _demo_task(cfg) -> None:
                 print(f"     {f['score']:+.3f} [{f['title']}] {f['text']}")
     print()
     print(summary_table(result))
+    if result.get("report"):
+        print(f"report page written to {result['report']}")
 
 
 def _ask_task_for(index_dir: str, question: str):
@@ -112,6 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         print(_USAGE)
         return
     command, rest = argv[0], argv[1:]
+    if command == "report":  # a plain command: nothing to compose
+        from hpengine.pipeline._report_job import report_main
+
+        return report_main(rest)
     if command not in _COMMANDS and command != "ask":
         print(f"hpengine: unknown command {command!r}; choose one of {sorted(_COMMANDS)}\n\n{_USAGE}", file=sys.stderr)
         raise SystemExit(2)

@@ -1,0 +1,219 @@
+"""The report's HTML: inline CSS, inline SVG plots, an inline script for the per-question browser."""
+from __future__ import annotations
+
+import html
+import json
+
+from hpengine.eval._report import CURVE_KS, TABLE_KS, ReportData
+from hpengine.eval._report_plots import FUNNEL_STAGES, facet_svg, funnel_svg, recall_curve_svg
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;padding:16px 24px;
+color:#1d2330;background:#fff}
+h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #e3e6ec;padding-bottom:4px}
+.sub{color:#5b6475;font-size:12.5px}.note{background:#fff7e0;border-left:3px solid #e0a800;padding:6px 10px;margin:8px 0;
+font-size:12.5px}
+table{border-collapse:collapse;font-size:12.5px}th,td{border:1px solid #e3e6ec;padding:4px 7px;vertical-align:top}
+th{background:#f4f6f9;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.best{font-weight:700;background:#eef7ee}.approx{color:#8a6d00}.settings{font-family:ui-monospace,monospace;
+font-size:11.5px;white-space:pre}
+.plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.plots{display:flex;flex-wrap:wrap;gap:12px}
+#controls{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin:8px 0;position:sticky;top:0;background:#fff;
+padding:6px 0;z-index:2;border-bottom:1px solid #e3e6ec}
+#controls input[type=search]{width:320px;padding:4px 6px}#controls select{padding:3px}
+.q{border:1px solid #e3e6ec;border-radius:6px;margin:6px 0}.q>summary{cursor:pointer;padding:6px 10px;list-style:none}
+.q>summary::-webkit-details-marker{display:none}.q[open]>summary{background:#f4f6f9}
+.qid{color:#5b6475;font-size:11.5px;margin-right:6px}.tag{display:inline-block;font-size:11px;padding:0 6px;
+border-radius:8px;background:#e8ecf3;margin-left:4px}
+.badge{display:inline-block;font-size:11px;padding:0 6px;border-radius:8px;margin-left:4px}
+.ok{background:#d8f0d8;color:#1c5e1c}.bad{background:#f6dada;color:#8a1f1f}
+.body{padding:6px 12px 10px}.cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:12px}
+.col{border-left:3px solid #cfd6e2;padding-left:8px}.col h4{margin:4px 0}
+ol.ranked{margin:2px 0 6px 18px;padding:0}ol.ranked li.gold{color:#1c5e1c;font-weight:600}
+ol.ranked li.gold::after{content:" \\2605 gold"}
+.hop{margin:4px 0 6px}.fact{font-size:12.5px;margin:1px 0 1px 12px}.fact .s{font-family:ui-monospace,monospace;
+color:#5b6475;font-size:11.5px}.gp{font-size:12.5px;margin:2px 0}.gp b{color:#1c5e1c}
+button{padding:4px 10px}
+"""
+
+_SCRIPT = r"""
+(function(){
+const D = JSON.parse(document.getElementById('report-data').textContent);
+const R = D.runs, Q = D.questions;
+const $ = id => document.getElementById(id);
+const esc = s => String(s == null ? '' : s).replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));
+const fmt = v => v == null ? '–' : Number(v).toFixed(3);
+const solved = (q, j, m) => { const r = q.runs[j]; return m === 'em' ? r.em === 1 : r.recall5 === 1; };
+let PAGE = 50, shown = PAGE, matches = [];
+for (const q of Q) q.hay = [q.id, q.question, q.gold.join(' '), ...q.runs.map(r => r.answer),
+  ...q.passages.map(p => p[0])].join(' ').toLowerCase();
+function fill(sel, opts){ for (const [v, t] of opts){ const o = document.createElement('option'); o.value = v;
+  o.textContent = t; sel.appendChild(o);} }
+const facets = [...new Set(Q.flatMap(q => Object.keys(q.facets)))];
+const typeSel = $('f-type');
+fill(typeSel, [['', 'all types']]);
+for (const f of facets) fill(typeSel, [...new Set(Q.map(q => q.facets[f]).filter(v => v != null))].sort()
+  .map(v => [f + '=' + v, f + ': ' + v]));
+fill($('f-a'), [['', 'any run'], ...R.map((r, j) => [String(j), r.name])]);
+fill($('f-b'), [['', 'any run'], ...R.map((r, j) => [String(j), r.name])]);
+function card(q){
+  const d = document.createElement('details'); d.className = 'q'; d.dataset.id = q.id;
+  const badges = q.runs.map((r, j) => `<span class="badge ${r.em === 1 ? 'ok' : 'bad'}" title="${esc(R[j].name)}: `
+    + `EM ${fmt(r.em)}, F1 ${fmt(r.f1)}, R@5 ${fmt(r.recall5)}">${esc(R[j].name)} EM ${r.em === 1 ? '✓' : '✗'}`
+    + ` R@5 ${fmt(r.recall5)}</span>`).join('');
+  const tags = Object.entries(q.facets).map(([k, v]) => `<span class="tag">${esc(v)}</span>`).join('');
+  d.innerHTML = `<summary><span class="qid">${esc(q.id)}</span>${esc(q.question)}${tags}<br>${badges}</summary>`;
+  d.addEventListener('toggle', () => { if (d.open && !d.querySelector('.body')) d.insertAdjacentHTML('beforeend', body(q)); });
+  return d;
+}
+function body(q){
+  let h = `<div class="body"><div><b>gold answer:</b> ${esc(q.gold.join(' | '))}</div>`;
+  if (q.passages.length){ h += '<div><b>gold passages:</b>' + q.passages.map(p =>
+    `<div class="gp"><b>${esc(p[0])}</b>: ${esc(p[1])}</div>`).join('') + '</div>'; }
+  h += '<div class="cols">';
+  q.runs.forEach((r, j) => {
+    h += `<div class="col"><h4>${esc(R[j].name)}</h4><div><b>answer:</b> ${esc(r.answer)} `
+      + `<span class="badge ${r.em === 1 ? 'ok' : 'bad'}">EM ${fmt(r.em)}</span> F1 ${fmt(r.f1)}</div>`
+      + `<div><b>ranked passages</b> (R@5 ${fmt(r.recall5)}):</div><ol class="ranked">`
+      + r.ranked.map(p => `<li class="${p[1] ? 'gold' : ''}">${esc(p[0])}</li>`).join('') + '</ol>';
+    if (r.chain.length){ h += '<div><b>evidence chain</b></div>';
+      r.chain.forEach((c, t) => { h += `<div class="hop">hop ${t + 1}: <i>${esc(c.subquery)}</i> → <b>${esc(c.answer)}</b>`
+        + c.facts.map(f => `<div class="fact"><span class="s">${f.score == null ? '' : Number(f.score).toFixed(3)}`
+          + ` d=${f.distance}</span> [${esc(f.title)}] ${esc(f.text)}</div>`).join('')
+        + (c.linked.length ? `<div class="fact">linked: ${c.linked.map(esc).join(', ')}</div>` : '') + '</div>'; }); }
+    h += '</div>'; });
+  return h + '</div></div>';
+}
+function apply(){
+  const text = $('f-search').value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+  const type = typeSel.value, a = $('f-a').value, b = $('f-b').value, m = $('f-metric').value;
+  const [fk, fv] = type ? [type.slice(0, type.indexOf('=')), type.slice(type.indexOf('=') + 1)] : [null, null];
+  matches = Q.filter(q => text.every(w => q.hay.includes(w)) && (!fk || q.facets[fk] === fv)
+    && (a === '' || solved(q, +a, m)) && (b === '' || !solved(q, +b, m)));
+  shown = PAGE; render();
+}
+function render(){
+  const list = $('questions'); list.textContent = '';
+  for (const q of matches.slice(0, shown)) list.appendChild(card(q));
+  $('count').textContent = `${matches.length} of ${Q.length} questions`;
+  $('more').style.display = matches.length > shown ? '' : 'none';
+}
+$('more').addEventListener('click', () => { shown += PAGE; render(); });
+for (const id of ['f-search', 'f-type', 'f-a', 'f-b', 'f-metric']) $(id).addEventListener('input', apply);
+apply();
+})();
+"""
+
+
+def _num(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return html.escape(str(value))
+
+
+def _setting(value) -> str:
+    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+
+
+def _summary_table(data: ReportData) -> str:
+    e = html.escape
+    cols = [f"R@{k}" for k in TABLE_KS] + ["EM", "F1"]
+    best = {}
+    for c, getter in zip(cols, [lambda r, k=k: r["recall"][k] for k in TABLE_KS] +
+                         [lambda r: r["em"], lambda r: r["f1"]]):
+        values = [getter(r) for r in data.rows]
+        known = [v for v in values if v is not None]
+        best[c] = max(known) if len(known) > 1 else None
+    head = ("<tr><th>run</th><th>method</th><th>settings that differ</th><th>questions</th>"
+            + "".join(f"<th>{c}</th>" for c in cols)
+            + "<th>questions/s</th><th>wall s</th><th>seconds per stage</th><th>LLM tokens in / out</th>"
+              "<th>peak RSS MiB</th></tr>")
+    body = []
+    for j, row in enumerate(data.rows):
+        settings = "\n".join(f"{k}={_setting(v[j])}" for k, v in data.differing.items()) or "–"
+        cells = [f'<td data-key="name">{e(row["name"])}<div class="sub">{e(row["path"])}</div></td>',
+                 f'<td data-key="method">{e(row["method"])}</td>',
+                 f'<td class="settings" data-key="settings">{e(settings)}</td>',
+                 f'<td class="num" data-key="questions">{_num(row["questions"])}</td>']
+        for k in TABLE_KS:
+            v = row["recall"][k]
+            cls = "num best" if best[f"R@{k}"] is not None and v == best[f"R@{k}"] else "num"
+            approx = row["recall_source"][k] != "run" and data.curve_source == "titles"
+            title = "from the records' ranks" if row["recall_source"][k] != "run" else "from the run file"
+            cells.append(f'<td class="{cls}{" approx" if approx else ""}" data-key="recall@{k}" title="{title}">'
+                         f'{"≈" if approx and v is not None else ""}{_num(v)}</td>')
+        for key, c in (("em", "EM"), ("f1", "F1")):
+            cls = "num best" if best[c] is not None and row[key] == best[c] else "num"
+            cells.append(f'<td class="{cls}" data-key="{key}">{_num(row[key])}</td>')
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in row["seconds"].items()) or "–"
+        tokens = ("–" if row["llm_tokens_in"] is None else
+                  f'{row["llm_tokens_in"]:,} / {row["llm_tokens_out"] or 0:,}')
+        cells += [f'<td class="num" data-key="questions_per_second">{_num(row["questions_per_second"])}</td>',
+                  f'<td class="num" data-key="wall_seconds">{_num(row["wall_seconds"], 1)}</td>',
+                  f'<td class="settings" data-key="seconds">{e(stages)}</td>',
+                  f'<td class="num" data-key="llm_tokens">{e(tokens)}</td>',
+                  f'<td class="num" data-key="peak_rss_mb">{_num(row["peak_rss_mb"], 0)}</td>']
+        body.append(f'<tr data-run="{j}">' + "".join(cells) + "</tr>")
+    return f'<div class="wide"><table id="summary">{head}{"".join(body)}</table></div>'
+
+
+def _funnel_tables(data: ReportData) -> str:
+    out = []
+    for run, hops in zip(data.runs, data.funnels):
+        if not hops:
+            continue
+        stages = [s for s in FUNNEL_STAGES if any(s in h for h in hops)]
+        rows = "".join(f"<tr><td>hop {t}</td>" + "".join(f'<td class="num">{_num(h.get(s))}</td>' for s in stages)
+                       + "</tr>" for t, h in enumerate(hops, 1))
+        out.append(f"<table><tr><th>{html.escape(run.name)}</th>"
+                   + "".join(f"<th>{s}</th>" for s in stages) + f"</tr>{rows}</table>")
+    return '<div class="plots">' + "".join(out) + "</div>"
+
+
+def _plot(name: str, svg: str) -> str:
+    return f'<div class="plot" data-plot="{html.escape(name)}">{svg}</div>'
+
+
+def render_page(data: ReportData, title: str = "hpengine evaluation report") -> str:
+    """The whole page as one HTML string (styles, plots and script inline)."""
+    e = html.escape
+    names = [run.name for run in data.runs]
+    n = data.rows[0]["questions"] if data.rows else 0
+    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
+             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><style>{_CSS}</style></head><body>",
+             f"<h1>{e(title)}</h1><div class=\"sub\">{len(names)} run(s) over {n} questions: "
+             f"{e(', '.join(names))}</div>"]
+    parts += [f'<div class="note">{e(note)}</div>' for note in data.notes]
+    parts.append("<h2 id=\"s-summary\">Summary</h2>" + _summary_table(data)
+                 + '<div class="sub">Best value per column in bold. R@k, EM and F1 as in the run files; '
+                   "R@k cut-offs a run file does not hold are computed from its records' ranked passages.</div>")
+    parts.append('<h2 id="s-recall">Recall@k</h2>'
+                 + _plot("recall", recall_curve_svg(names, CURVE_KS, data.curves)))
+    if data.facets:
+        parts.append('<h2 id="s-types">By question type</h2><div class="plots">'
+                     + "".join(_plot(f"facet-{facet}", facet_svg(facet, table, names))
+                               for facet, table in data.facets.items()) + "</div>")
+    if any(data.funnels):
+        parts.append('<h2 id="s-funnel">Per-hop funnel</h2><div class="sub">Share of the gold passages reached '
+                     "by the dense seeds, the local subgraph, the selected facts, the linked articles and the "
+                     "chain so far (runs with <code>engine.diagnostics=true</code>).</div>"
+                     + _plot("funnel", funnel_svg(names, data.funnels)) + _funnel_tables(data))
+    parts.append('<h2 id="s-questions">Questions</h2><div id="controls">'
+                 '<input id="f-search" type="search" placeholder="search questions, answers, titles, ids">'
+                 '<select id="f-type" title="question type"></select>'
+                 'solved by <select id="f-a"></select> and not by <select id="f-b"></select>'
+                 '<select id="f-metric"><option value="em">EM = 1</option>'
+                 '<option value="r5">all gold passages in top 5</option></select>'
+                 '<span id="count" class="sub"></span></div><div id="questions"></div>'
+                 '<button id="more" type="button">show more</button>')
+    payload = {"runs": [{"name": name} for name in names], "questions": data.questions}
+    # "</" inside a script element would end it; JSON allows the escaped form
+    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    parts.append(f'<script type="application/json" id="report-data">{blob}</script><script>{_SCRIPT}</script>'
+                 "</body></html>")
+    return "\n".join(parts)
+
+
+__all__ = ["render_page"]

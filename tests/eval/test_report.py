@@ -1,0 +1,299 @@
+"""``hpengine report`` on small made-up run files: table values, plots, refusals, the browser data."""
+import json
+import random
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from hpengine.eval import recall_at_k
+from hpengine.eval._report import (build_report, default_report_path, gold_ranks_from_titles, question_type,
+                                   recall_from_ranks, write_report)
+from hpengine.pipeline._report_job import report_main
+from hpengine.pipeline.cli import main
+
+GOLD = {"q1": [("Film A", "Film A is by Ann."), ("Ann", "Ann was born in Oslo.")],
+        "q2": [("Film B", "Film B is by Bo."), ("Bo", "Bo was born in Rome.")],
+        "q3": [("C", "C is a river."), ("D", "D is a river.")],
+        "q4": [("E", "E is a city.")]}
+TYPES = {"q1": "compositional", "q2": "compositional", "q3": "comparison", "q4": "comparison"}
+
+
+def _questions(path):
+    records = [{"id": qid, "question": f"question {qid}?", "answer": [f"ans {qid}"], "type": TYPES[qid],
+                "gold_passages": [{"title": t, "text": x} for t, x in gold]} for qid, gold in GOLD.items()]
+    path.write_text(json.dumps(records))
+    return path
+
+
+def _run(retriever, ranked, em, questions_path, diagnostics=False, gold_ranks=True, **config):
+    """An eval output as ``evaluate()`` + ``run_eval()`` write it, for ranked titles per question."""
+    records = []
+    for qid, titles in ranked.items():
+        gold = GOLD[qid]
+        pairs = [(t, dict(gold).get(t, f"{t} text")) for t in titles]
+        rec = {"id": qid, "gold": [f"ans {qid}"], "question": f"question {qid}?",
+               "prediction": f"ans {qid}" if em[qid] else "wrong", "retrieved": titles,
+               "chain": [{"subquery": f"question {qid}?", "answer": "x",
+                          "facts": [{"text": "a fact", "title": titles[0], "passage": 0, "score": 0.5,
+                                     "distance": -1}], "linked": titles[1:2]}],
+               "em": float(em[qid]), "f1": float(em[qid])}
+        if gold_ranks:
+            rec["gold_ranks"] = [pairs.index(g) if g in pairs else None for g in gold]
+        for k in (2, 5):
+            rec[f"recall@{k}"] = recall_at_k(pairs, gold, k)
+        records.append(rec)
+    n = len(records)
+    result = {"num_questions": n, "retriever": retriever, "llm": False,
+              "em": round(sum(r["em"] for r in records) / n, 4), "f1": round(sum(r["f1"] for r in records) / n, 4),
+              "recall@2": round(sum(r["recall@2"] for r in records) / n, 4),
+              "recall@5": round(sum(r["recall@5"] for r in records) / n, 4),
+              "seconds": {"encode": 1.25, "retrieve": 0.5}, "wall_seconds": 2.0, "questions_per_second": 2.0,
+              "llm_tokens_in": 0, "llm_tokens_out": 0, "decomposition_fallbacks": 0, "peak_rss_mb": 512.5,
+              "config": {"index": "idx", "questions": str(questions_path),
+                         "retrieval": {"top_k": config.get("top_k", 3)},
+                         "engine": {"retriever": retriever, "diagnostics": diagnostics}, "model": {"llm": ""}},
+              "records": records}
+    if diagnostics:
+        result["hop_diagnostics"] = [{"seeds": 0.5, "subgraph": 0.9, "selected": 0.4, "linked": 0.1, "chain": 0.5},
+                                     {"seeds": 0.6, "subgraph": 0.95, "selected": 0.3, "linked": 0.0, "chain": 0.7}]
+    return result
+
+
+DENSE = {"q1": ["Film A", "X", "Y", "Z", "W", "V", "Ann"], "q2": ["X", "Film B", "Y"],
+         "q3": ["C", "D"], "q4": ["X", "Y"]}
+HYPER = {"q1": ["Film A", "Ann"], "q2": ["Film B", "Y", "Bo"], "q3": ["D", "X", "Y", "Z", "W", "C"],
+         "q4": ["E"]}
+
+
+@pytest.fixture
+def runs(tmp_path):
+    qpath = _questions(tmp_path / "dev.json")
+    dense = _run("dense", DENSE, {"q1": 0, "q2": 1, "q3": 1, "q4": 0}, qpath)
+    hyper = _run("hyperprove", HYPER, {"q1": 1, "q2": 0, "q3": 1, "q4": 1}, qpath, diagnostics=True, top_k=5)
+    paths = []
+    for name, result in (("dense", dense), ("hyper", hyper)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(result))
+        paths.append(path)
+    return paths, [dense, hyper]
+
+
+class _Cells(HTMLParser):
+    """``{(row, data-key): text}`` of the summary table."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells, self._row, self._key, self._in_summary = {}, None, None, False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table" and attrs.get("id") == "summary":
+            self._in_summary = True
+        elif self._in_summary and tag == "tr" and "data-run" in attrs:
+            self._row = int(attrs["data-run"])
+        elif self._in_summary and tag == "td" and self._row is not None:
+            self._key = attrs.get("data-key")
+            self.cells[self._row, self._key] = ""
+        elif tag == "div" and self._key == "name":
+            self._key = None  # the file path under the run name
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._key = None
+        if tag == "table":
+            self._in_summary = False
+
+    def handle_data(self, data):
+        if self._in_summary and self._key is not None:
+            self.cells[self._row, self._key] += data
+
+
+def _cells(page):
+    parser = _Cells()
+    parser.feed(page)
+    return parser.cells
+
+
+def _data(page):
+    blob = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1)
+    return json.loads(blob.replace("<\\/", "</"))
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def test_table_values_equal_the_run_files(runs, tmp_path):
+    paths, results = runs
+    out = write_report(paths, tmp_path / "report.html")
+    page = open(out, encoding="utf-8").read()
+    cells = _cells(page)
+    for j, result in enumerate(results):
+        assert cells[j, "method"] == result["retriever"]
+        assert cells[j, "questions"] == str(result["num_questions"])
+        for key in ("em", "f1", "recall@2", "recall@5", "questions_per_second"):
+            assert cells[j, key] == f"{result[key]:.3f}", key
+        assert cells[j, "peak_rss_mb"] == f"{result['peak_rss_mb']:.0f}"
+        assert cells[j, "seconds"] == "encode 1.25, retrieve 0.50"
+        assert cells[j, "llm_tokens"] == "0 / 0"
+        # cut-offs the run file lacks: the mean over questions of Recall@k from the ranked list
+        for k in (1, 10):
+            expected = _mean([r[f"recall@{k}"] if f"recall@{k}" in r else recall_from_ranks(r["gold_ranks"], k)
+                              for r in result["records"]])
+            assert cells[j, f"recall@{k}"] == f"{expected:.3f}"
+    # only the setting that differs is listed (the retriever is the method column)
+    assert cells[0, "settings"] == "retrieval.top_k=3\nengine.diagnostics=false"
+    assert cells[1, "settings"] == "retrieval.top_k=5\nengine.diagnostics=true"
+
+
+def test_every_plot_is_present_and_the_page_is_self_contained(runs, tmp_path):
+    paths, _ = runs
+    page = build_report([json.loads(p.read_text()) for p in paths], paths=[str(p) for p in paths])
+    for plot in ("recall", "facet-type", "funnel"):
+        match = re.search(rf'<div class="plot" data-plot="{plot}"><svg.*?</svg>\s*</div>', page, re.S)
+        assert match, plot
+        assert "<path" in match.group(0)
+    assert page.count("<svg") == 3
+    for remote in ('src="http', "src='http", 'href="http', "<link", "@import", "url(http", "<iframe"):
+        assert remote not in page, remote
+    # plot labels are text in the SVG: the runs' names and the question types are there
+    recall = re.search(r'data-plot="recall">(.*?)</svg>', page, re.S).group(1)
+    assert "dense" in recall and "hyperprove" in recall
+    assert "compositional" in page and "comparison" in page
+
+
+def test_recall_curve_from_the_ranked_lists(runs):
+    from hpengine.eval._report import collect, make_runs
+
+    paths, results = runs
+    data = collect(make_runs(results, [str(p) for p in paths]))
+    assert data.curve_source == "ranks" and not data.notes
+    for result, curve in zip(results, data.curves):
+        for k, value in zip(range(1, 11), curve):
+            assert value == pytest.approx(_mean([recall_from_ranks(r["gold_ranks"], k) for r in result["records"]]))
+        assert curve == sorted(curve)  # recall grows with k
+    # the curve at k = 2, 5 is the run file's own Recall@k
+    assert data.curves[0][1] == pytest.approx(results[0]["recall@2"], abs=1e-4)
+    assert data.curves[1][4] == pytest.approx(results[1]["recall@5"], abs=1e-4)
+    by_type = data.facets["type"]
+    assert by_type["comparison"][1] == {"n": 2, "recall@5": 0.75, "em": 1.0}
+    assert data.funnels[0] is None and data.funnels[1] == results[1]["hop_diagnostics"]
+
+
+def test_browser_data_marks_gold_passages(runs):
+    paths, results = runs
+    page = build_report(results, paths=[str(p) for p in paths])
+    data = _data(page)
+    assert [r["name"] for r in data["runs"]] == ["dense", "hyperprove"]
+    q1 = data["questions"][0]
+    assert q1["id"] == "q1" and q1["facets"] == {"type": "compositional"} and q1["gold"] == ["ans q1"]
+    assert q1["passages"] == [list(p) for p in GOLD["q1"]]
+    assert [gold for _, gold in q1["runs"][0]["ranked"]] == [True, False, False, False, False, False, True]
+    assert q1["runs"][1]["em"] == 1.0 and q1["runs"][1]["chain"][0]["facts"][0]["score"] == 0.5
+    assert [q["id"] for q in data["questions"]] == ["q1", "q2", "q3", "q4"]
+
+
+def test_old_run_files_fall_back_to_titles_with_a_note(tmp_path):
+    qpath = _questions(tmp_path / "dev.json")
+    result = _run("dense", DENSE, dict.fromkeys(GOLD, 0), qpath, gold_ranks=False)
+    page = build_report([result])
+    assert "match gold passages by title" in page
+    marks = [gold for _, gold in _data(page)["questions"][0]["runs"][0]["ranked"]]
+    assert marks == [True, False, False, False, False, False, True]
+    assert "≈" in _cells(page)[0, "recall@1"]
+
+
+def test_titles_fallback_equals_recall_at_k_where_titles_are_unique():
+    rng = random.Random(0)
+    titles = [f"T{i}" for i in range(12)]
+    for _ in range(200):
+        retrieved = rng.sample(titles, rng.randint(0, 10))
+        gold = [(t, f"{t} text") for t in rng.sample(titles, rng.randint(1, 4))]
+        pairs = [(t, f"{t} text") for t in retrieved]
+        ranks = gold_ranks_from_titles(retrieved, gold)
+        for k in (1, 2, 5, 10):
+            assert recall_from_ranks(ranks, k) == recall_at_k(pairs, gold, k)
+
+
+def test_question_facets():
+    assert question_type("2hop__1_2", None) == {"hops": "2-hop"}
+    assert question_type("4hop3__1_2_3_4", {}) == {"hops": "4-hop"}
+    assert question_type("5a8b", {"type": "bridge", "level": "hard"}) == {"type": "bridge", "level": "hard"}
+    assert question_type("5a8b", {}) == {}
+
+
+def test_different_question_sets_are_refused(runs, tmp_path, capsys):
+    paths, results = runs
+    fewer = dict(results[1], records=results[1]["records"][:3], num_questions=3)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(fewer))
+    with pytest.raises(SystemExit) as exc:
+        report_main([str(paths[0]), str(other), f"out={tmp_path / 'r.html'}"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different question sets" in err
+    assert "dense.json" in err and "other.json" in err and "'q4'" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("{not json", "invalid JSON at line 1"),
+    (json.dumps({"em": 1.0}), "not an `hpengine eval` output: missing key(s) num_questions, records"),
+    (json.dumps([1, 2]), "expected the JSON object written by `hpengine eval output=...` (got list)"),
+    (json.dumps({"num_questions": 1, "records": [{"x": 1}]}), "'records' must be a list of objects with an 'id'"),
+])
+def test_bad_run_files_give_one_line(tmp_path, capsys, content, expected):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        report_main([str(bad)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json" in err and expected in err, err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], "usage: hpengine report"),
+    (["missing.json"], "run file missing.json does not exist"),
+    (["out=x.html"], "no run files given"),
+    (["a.json", "colour=red"], "unknown option colour= (choose from out=, names=, questions=, title=)"),
+])
+def test_bad_command_lines(argv, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if not argv:
+        main(["report"])
+        assert expected in capsys.readouterr().out
+        return
+    with pytest.raises(SystemExit) as exc:
+        main(["report", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+
+
+def test_command_line_writes_beside_the_first_run(runs, capsys):
+    paths, _ = runs
+    main(["report", str(paths[0]), str(paths[1]), "names=Dense,HyperProve", "title=Two runs"])
+    out = default_report_path(paths[0])
+    assert out == str(paths[0].with_suffix(".html"))
+    assert f"report written to {out}" in capsys.readouterr().out
+    page = open(out, encoding="utf-8").read()
+    assert "<title>Two runs</title>" in page and [r["name"] for r in _data(page)["runs"]] == ["Dense", "HyperProve"]
+
+
+def test_a_missing_question_file_is_a_note_not_an_error(runs, tmp_path):
+    _, results = runs
+    result = dict(results[0], config=dict(results[0]["config"], questions=str(tmp_path / "gone.json")))
+    page = build_report([result])
+    assert "not found" in page and _data(page)["questions"][0]["passages"] == []
+    assert "≈" not in page  # the ranks recorded in the run still give exact curves
+
+
+def test_demo_writes_its_report(tmp_path, capsys):
+    main(["demo", f"out={tmp_path / 'idx'}", "encoder.dtype=float32"])
+    printed = capsys.readouterr().out
+    out = tmp_path / "idx.report.html"
+    assert f"report page written to {out}" in printed
+    page = out.read_text(encoding="utf-8")
+    assert len(_data(page)["questions"]) == 12 and 'data-plot="recall"' in page
