@@ -17,6 +17,7 @@ table{border-collapse:collapse;font-size:12.5px}th,td{border:1px solid #e3e6ec;p
 th{background:#f4f6f9;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.best{font-weight:700;background:#eef7ee}.approx{color:#8a6d00}.settings{font-family:ui-monospace,monospace;
 font-size:11.5px;white-space:pre}
+.stages{font-family:ui-monospace,monospace;font-size:11.5px;min-width:180px}
 .plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.plots{display:flex;flex-wrap:wrap;gap:12px}
 #controls{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin:8px 0;position:sticky;top:0;background:#fff;
 padding:6px 0;z-index:2;border-bottom:1px solid #e3e6ec}
@@ -78,8 +79,9 @@ function body(q){
       + r.ranked.map(p => `<li class="${p[1] ? 'gold' : ''}">${esc(p[0])}</li>`).join('') + '</ol>';
     if (r.chain.length){ h += '<div><b>evidence chain</b></div>';
       r.chain.forEach((c, t) => { h += `<div class="hop">hop ${t + 1}: <i>${esc(c.subquery)}</i> → <b>${esc(c.answer)}</b>`
-        + c.facts.map(f => `<div class="fact"><span class="s">${f.score == null ? '' : Number(f.score).toFixed(3)}`
-          + ` d=${f.distance}</span> [${esc(f.title)}] ${esc(f.text)}</div>`).join('')
+        + c.facts.map(f => `<div class="fact"><span class="s" title="fact score; BFS distance to the carried frontier">`
+          + `${f.score == null ? '' : Number(f.score).toFixed(3)} d=${f.distance == null || f.distance < 0 ? '–' : f.distance}`
+          + `</span> [${esc(f.title)}] ${esc(f.text)}</div>`).join('')
         + (c.linked.length ? `<div class="fact">linked: ${c.linked.map(esc).join(', ')}</div>` : '') + '</div>'; }); }
     h += '</div>'; });
   return h + '</div></div>';
@@ -152,7 +154,7 @@ def _summary_table(data: ReportData) -> str:
                   f'{row["llm_tokens_in"]:,} / {row["llm_tokens_out"] or 0:,}')
         cells += [f'<td class="num" data-key="questions_per_second">{_num(row["questions_per_second"])}</td>',
                   f'<td class="num" data-key="wall_seconds">{_num(row["wall_seconds"], 1)}</td>',
-                  f'<td class="settings" data-key="seconds">{e(stages)}</td>',
+                  f'<td class="stages" data-key="seconds">{e(stages)}</td>',
                   f'<td class="num" data-key="llm_tokens">{e(tokens)}</td>',
                   f'<td class="num" data-key="peak_rss_mb">{_num(row["peak_rss_mb"], 0)}</td>']
         body.append(f'<tr data-run="{j}">' + "".join(cells) + "</tr>")

@@ -1,0 +1,166 @@
+"""The report page in a real headless browser (Debian's Chromium driven by playwright): the plots
+render, the search and the filters pick the right questions, a question opens with its gold marked,
+and the page fetches nothing.
+
+Slow (deselected by default): ``python -m pytest -m slow tests/eval/test_report_browser.py``.
+As a script it checks any report and can save a screenshot (docs/report.png is made this way):
+
+    python tests/eval/test_report_browser.py REPORT.html [--search TEXT] [--screenshot PNG]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+import pytest
+
+CHROMIUM = os.environ.get("HPENGINE_CHROMIUM", "/usr/bin/chromium")
+# offline and quiet: no update checks, no sync, no first-run pages
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _data(page_text: str) -> dict:
+    blob = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page_text, re.S).group(1)
+    return json.loads(blob.replace("<\\/", "</"))
+
+
+def _count(page) -> tuple:
+    match = re.fullmatch(r"(\d+) of (\d+) questions", page.inner_text("#count"))
+    assert match, page.inner_text("#count")
+    return int(match.group(1)), int(match.group(2))
+
+
+def check_page(path: str, search: str | None = None, screenshot: str | None = None) -> dict:
+    """Open ``path`` in headless Chromium and check it; returns what was measured.
+
+    Checks: no script errors and no request other than the file itself; every ``.plot`` SVG has a
+    laid-out size and drawn paths; the search box, the type filter and "solved by A and not by B"
+    show exactly the questions the embedded data says; an opened question shows its ranked
+    passages with the gold ones marked.
+    """
+    from playwright.sync_api import sync_playwright
+
+    text = open(path, encoding="utf-8").read()
+    data = _data(text)
+    questions, runs = data["questions"], data["runs"]
+    url = "file://" + os.path.abspath(path)
+    found = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            errors, requests = [], []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("request", lambda req: requests.append(req.url) if req.url != url else None)
+            page.goto(url)
+            page.wait_for_selector("#questions details")
+
+            plots = page.eval_on_selector_all(".plot", """els => els.map(e => {
+                const svg = e.querySelector('svg'); const box = svg ? svg.getBoundingClientRect() : null;
+                return {name: e.dataset.plot, width: box ? box.width : 0, height: box ? box.height : 0,
+                        paths: svg ? svg.querySelectorAll('path').length : 0}; })""")
+            assert plots and {p["name"] for p in plots} >= {"recall"}, plots
+            for plot in plots:
+                assert plot["width"] > 200 and plot["height"] > 100 and plot["paths"] > 10, plot
+            found["plots"] = [p["name"] for p in plots]
+
+            def shown():
+                return page.eval_on_selector_all("#questions details", "els => els.map(e => e.dataset.id)")
+
+            assert _count(page) == (len(questions), len(questions))
+            assert shown() == [q["id"] for q in questions[:50]]
+
+            # search: a question's own id finds it alone; words of a question find those containing them
+            target = questions[len(questions) // 2]
+            page.fill("#f-search", target["id"])
+            assert _count(page)[0] == 1 and shown() == [target["id"]]
+            words = (search or " ".join(target["question"].split()[:3])).lower()
+
+            def hay(q):
+                return " ".join([q["id"], q["question"], " ".join(q["gold"]), *(r["answer"] for r in q["runs"]),
+                                 *(p[0] for p in q["passages"])]).lower()
+
+            expected = [q["id"] for q in questions if all(w in hay(q) for w in words.split())]
+            page.fill("#f-search", words)
+            assert _count(page)[0] == len(expected) and shown() == expected[:50]
+            found["search"] = (words, len(expected))
+            page.fill("#f-search", "")
+
+            facets = [(k, v) for q in questions for k, v in q["facets"].items()]
+            if facets:
+                key, value = facets[0]
+                page.select_option("#f-type", f"{key}={value}")
+                expected = [q["id"] for q in questions if q["facets"].get(key) == value]
+                assert _count(page)[0] == len(expected) and shown() == expected[:50]
+                page.select_option("#f-type", "")
+            if len(runs) > 1:
+                for metric, solved in (("em", lambda r: r["em"] == 1), ("r5", lambda r: r["recall5"] == 1)):
+                    page.select_option("#f-metric", metric)
+                    page.select_option("#f-a", "1")
+                    page.select_option("#f-b", "0")
+                    expected = [q["id"] for q in questions if solved(q["runs"][1]) and not solved(q["runs"][0])]
+                    assert _count(page)[0] == len(expected) and shown() == expected[:50]
+                    found[f"solved by {runs[1]['name']}, not {runs[0]['name']} ({metric})"] = len(expected)
+                page.select_option("#f-a", "")
+                page.select_option("#f-b", "")
+                page.select_option("#f-metric", "em")
+
+            # open a question with a gold passage in some run's ranking
+            pick = next((q for q in questions if any(g for r in q["runs"] for _, g in r["ranked"])), questions[0])
+            page.fill("#f-search", search or pick["id"])
+            card = page.locator("#questions details").first
+            card.locator("summary").click()
+            card.locator(".body").wait_for()
+            gold_marked = card.locator("ol.ranked li.gold").count()
+            if not search:
+                assert gold_marked == sum(g for r in pick["runs"] for _, g in r["ranked"])
+            assert card.locator(".col").count() == len(runs)
+            found["gold_marked"] = gold_marked
+            if screenshot:
+                page.evaluate("window.scrollTo(0, 0)")
+                page.screenshot(path=screenshot, full_page=True)
+            assert not errors, errors
+            assert not requests, requests
+        finally:
+            browser.close()
+    return found
+
+
+@pytest.mark.slow
+def test_report_in_headless_chromium(tmp_path):
+    pytest.importorskip("playwright")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set HPENGINE_CHROMIUM)")
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_report import DENSE, GOLD, HYPER, _questions, _run
+
+    from hpengine.eval import write_report
+
+    qpath = _questions(tmp_path / "dev.json")
+    paths = []
+    for name, ranked, em in (("dense", DENSE, {"q1": 0, "q2": 1, "q3": 1, "q4": 0}),
+                             ("hyperprove", HYPER, {"q1": 1, "q2": 0, "q3": 1, "q4": 1})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(_run(name, ranked, em, qpath, diagnostics=name == "hyperprove")))
+        paths.append(path)
+    out = write_report(paths, tmp_path / "report.html")
+    found = check_page(out, screenshot=str(tmp_path / "report.png"))
+    assert found["plots"] == ["recall", "facet-type", "funnel"]
+    assert found["solved by hyperprove, not dense (em)"] == 2  # q1 and q4
+    assert found["gold_marked"] > 0
+    assert os.path.getsize(tmp_path / "report.png") > 10_000
+    assert len(GOLD) == 4
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report")
+    parser.add_argument("--search", help="search text to leave in the box (and open its first question)")
+    parser.add_argument("--screenshot", help="save a full-page PNG here")
+    args = parser.parse_args()
+    print(json.dumps(check_page(args.report, args.search, args.screenshot), indent=1))
