@@ -25,7 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from hpengine.config import EncoderConfig, ExtractorConfig, IndexConfig
-    from hpengine.pipeline._index_job import format_report, run_index
+    from hpengine.pipeline import format_report, run_index
 
     cfg = IndexConfig(corpus=args.corpus, out=args.out, device=args.device,
                       extractor=ExtractorConfig(kind=args.extractor, device=args.device),

@@ -7,8 +7,8 @@
 
 One index and encoder load per dataset; every retriever in a table uses the same embedder, reader,
 corpus and evidence budget (SPEC §4). Writes a markdown table and, with --out, a JSON file with
-all metrics, per-hop diagnostics and per-question records. Any RetrievalConfig / EngineConfig field
-can be overridden with --set retrieval.alpha=0.5 engine.num_hops=3.
+all metrics, per-hop diagnostics and per-question records. Any RetrievalConfig / method config field
+(HyperProveConfig, DenseConfig, PPRConfig; a method ignores the others' fields) can be overridden with --set retrieval.alpha=0.5 engine.num_hops=3.
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ def _apply(cfg, assignments: list, prefix: str):
         key, value = a.split("=", 1)
         if key.startswith(prefix + "."):
             field = key[len(prefix) + 1:]
+            if field not in {f.name for f in dataclasses.fields(cfg)}:
+                continue  # a setting of another method (engine.num_hops does not apply to dense)
             current = getattr(cfg, field)
             changes[field] = type(current)(value) if not isinstance(current, bool) else value.lower() == "true"
     return dataclasses.replace(cfg, **changes) if changes else cfg
@@ -50,10 +52,8 @@ def main() -> None:
 
     from hpengine.config import EncoderConfig, EvalConfig, ModelConfig, RetrievalConfig
     from hpengine.eval import load_questions
-    from hpengine.graph._index import Index
-    from hpengine.pipeline._engine import Engine, EngineConfig
-    from hpengine.pipeline._eval_job import evaluate, load_llm
-    from hpengine.pipeline._factory import make_encoder
+    from hpengine.graph import Index
+    from hpengine.pipeline import Engine, evaluate, get_retriever, load_llm, make_encoder
 
     encoder = make_encoder(EncoderConfig(device=args.device))
     decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device, batch_size=min(args.batch_size, 16)))
@@ -63,7 +63,8 @@ def main() -> None:
         index = Index.load(Path(args.index_root) / name, device=args.device, expected_encoder=encoder.name)
         questions = load_questions(str(Path(args.data_root) / name / "dev.json"))
         for retriever in args.retrievers:
-            engine_cfg = _apply(EngineConfig(retriever=retriever, diagnostics=retriever == "hyperprove"), args.set, "engine")
+            config_class = get_retriever(retriever).config_class
+            engine_cfg = _apply(config_class(diagnostics=retriever == "hyperprove"), args.set, "engine")
             engine = Engine(index, encoder, retrieval, engine_cfg, decomposer=decomposer, reader=reader)
             for c in (decomposer, reader):
                 if c is not None:

@@ -37,7 +37,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.eval import exact_match, f1_score
-    from hpengine.models._reader import Reader, is_comparison, resolve_choice
+    from hpengine.models import Reader
+    from hpengine.pipeline import is_comparison, resolve_choice
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     types = [q.get("type", "all") for q in json.load(open(args.questions))[: len(records)]]

@@ -50,9 +50,9 @@ def main() -> None:
 
     from hpengine.config import EncoderConfig, RetrievalConfig
     from hpengine.eval import load_questions, recall_at_k
-    from hpengine.graph._index import Index
-    from hpengine.pipeline._engine import Engine, EngineConfig
-    from hpengine.pipeline._factory import make_encoder
+    from hpengine.config import HyperProveConfig
+    from hpengine.graph import Index
+    from hpengine.pipeline import Engine, make_encoder
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     questions = load_questions(args.questions)[: len(records)]
@@ -65,7 +65,7 @@ def main() -> None:
     for variant in args.set or [""]:
         sets = shlex.split(variant)
         llm = RecordedLLM(records)
-        engine = Engine(index, encoder, _apply(RetrievalConfig(), sets, "retrieval"), _apply(EngineConfig(), sets, "engine"),
+        engine = Engine(index, encoder, _apply(RetrievalConfig(), sets, "retrieval"), _apply(HyperProveConfig(), sets, "engine"),
                         decomposer=llm, reader=llm)
         preds = engine.answer([q.question for q in questions])
         ranked = [[(index.passages[i].title, index.passages[i].text) for i in p.passages] for p in preds]

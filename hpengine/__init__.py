@@ -7,18 +7,23 @@ dataclasses. Everything else lives in the subpackages (``hpengine.graph``, ``hpe
 """
 from hpengine._version import __version__
 from hpengine.config import (
+    DenseConfig,
     EncoderConfig,
+    EngineConfig,
     EvalConfig,
     ExtractorConfig,
     GraphConfig,
+    HyperProveConfig,
     IndexConfig,
     ModelConfig,
+    PPRConfig,
     RetrievalConfig,
 )
 from hpengine.graph import HyperGraph
-from hpengine.pipeline._engine import Engine, EngineConfig
+from hpengine.pipeline import Engine
 
 __all__ = [
+    "DenseConfig",
     "Engine",
     "EngineConfig",
     "EncoderConfig",
@@ -26,8 +31,10 @@ __all__ = [
     "ExtractorConfig",
     "GraphConfig",
     "HyperGraph",
+    "HyperProveConfig",
     "IndexConfig",
     "ModelConfig",
+    "PPRConfig",
     "RetrievalConfig",
     "__version__",
 ]

@@ -4,8 +4,9 @@ import hpengine
 
 def test_top_level_exports():
     assert set(hpengine.__all__) == {
-        "Engine", "EngineConfig", "EncoderConfig", "EvalConfig", "ExtractorConfig", "GraphConfig", "HyperGraph",
-        "IndexConfig", "ModelConfig", "RetrievalConfig", "__version__"}
+        "Engine", "EngineConfig", "DenseConfig", "HyperProveConfig", "PPRConfig", "EncoderConfig", "EvalConfig",
+        "ExtractorConfig", "GraphConfig", "HyperGraph", "IndexConfig", "ModelConfig", "RetrievalConfig",
+        "__version__"}
     assert isinstance(hpengine.__version__, str)
 
 
@@ -14,7 +15,11 @@ def test_subpackage_paths():
     from hpengine.graph import (HyperGraph, Index, IndexFormatError, Passage, add_passages,  # noqa: F401
                                 build_index, load_corpus, synonym_pairs)
     from hpengine.models import Encoder, FastExtractor, LLMExtractor, batched_generate  # noqa: F401
+    from hpengine.pipeline import (ChainFact, Engine, HopRecord, Prediction, QASteps, Retriever,  # noqa: F401
+                                   available_retrievers, get_retriever, register_retriever)
     from hpengine.pipeline.cli import main  # noqa: F401
+    from hpengine.config import DemoJobConfig, EvalJobConfig  # noqa: F401
+    from hpengine.graph import IndexLookups  # noqa: F401
     from hpengine.retrieval import DenseIndex, HopResult, dense_topk, hyperprove_hop  # noqa: F401
     from hpengine.sparse import TransitionOperator, node_degree  # noqa: F401
     from hpengine.testing import with_devices  # noqa: F401

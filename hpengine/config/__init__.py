@@ -8,13 +8,21 @@ from hpengine.config._schemas import (
     ModelConfig,
     RetrievalConfig,
 )
+from hpengine.config._engine import DenseConfig, EngineConfig, HyperProveConfig, PPRConfig
+from hpengine.config._jobs import DemoJobConfig, EvalJobConfig
 
 __all__ = [
+    "DemoJobConfig",
+    "DenseConfig",
     "EncoderConfig",
+    "EngineConfig",
     "EvalConfig",
+    "EvalJobConfig",
     "ExtractorConfig",
     "GraphConfig",
+    "HyperProveConfig",
     "IndexConfig",
     "ModelConfig",
+    "PPRConfig",
     "RetrievalConfig",
 ]

@@ -15,3 +15,7 @@ from hpengine.graph._builder import add_passages, build_index
 from hpengine.graph._index import FORMAT_VERSION, Index, IndexFormatError
 
 __all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "add_passages", "build_index"]
+
+from hpengine.graph._lookups import IndexLookups
+
+__all__ += ["IndexLookups"]

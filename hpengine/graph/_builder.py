@@ -10,7 +10,7 @@ from hpengine._profiling import StageTimer
 from hpengine.config import GraphConfig
 from hpengine.graph._index import Index
 from hpengine.graph._synonyms import symmetrize_pairs, synonym_pairs
-from hpengine.models._entities import entity_key, normalize_entity
+from hpengine.models import entity_key, normalize_entity
 
 
 @dataclass

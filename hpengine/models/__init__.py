@@ -11,3 +11,8 @@ __all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities", 
 from hpengine.models._encoder import Encoder, resolve_model_path
 
 __all__ += ["Encoder", "resolve_model_path"]
+
+from hpengine.models._decomposer import Decomposer
+from hpengine.models._reader import Reader
+
+__all__ += ["Decomposer", "Reader"]

@@ -22,7 +22,6 @@ _EXAMPLES = [
 ]
 _LINE = re.compile(r"^\s*(?:\d+\s*[.):-]|[-*])\s*(.+?)\s*$")
 _REF = re.compile(r"#(\d+)")
-_WORD = re.compile(r"[^\W\d_][\w'-]*")
 
 
 def decomposition_prompt(question: str, max_hops: int) -> str:
@@ -63,42 +62,6 @@ def parse_plan(text: str, max_hops: int) -> list[str] | None:
         if any(int(k) < 1 or int(k) >= i for k in _REF.findall(s)):
             return None
     return subs
-
-
-def _words(text: str) -> list[str]:
-    """Words without a possessive ``'s`` / ``'``."""
-    return [re.sub(r"'s?$", "", w) for w in _WORD.findall(text)]
-
-
-def _names(text: str) -> set[str]:
-    """Capitalised words after the first one: the names a sentence mentions, roughly."""
-    return {w for w in _words(text)[1:] if len(w) > 1 and w[0].isupper()}
-
-
-def names_shared(subquery: str, question: str) -> bool:
-    """Whether the sub-question names something the question names (it is anchored in it).
-
-    Example:
-        >>> names_shared("Who directed Flannelfoot?", "Which film came out first, The Hitler Gang or Flannelfoot?")
-        True
-        >>> names_shared("What is the name of the star?", "What is one of the stars of The Newcomers known for?")
-        False
-    """
-    return bool(_names(subquery) & set(_words(question)))
-
-
-def rewrite(subquery: str, answers: list[str]) -> str:
-    """Substitute resolved answers into ``#k`` references (SPEC §2.2 rewrite step).
-
-    Example:
-        >>> rewrite("Who is the mother of #1?", ["Ryszard Bugajski"])
-        'Who is the mother of Ryszard Bugajski?'
-    """
-    def sub(m):
-        k = int(m.group(1))
-        return answers[k - 1] if 0 < k <= len(answers) and answers[k - 1] else m.group(0)
-
-    return _REF.sub(sub, subquery)
 
 
 @dataclass

@@ -1,4 +1,37 @@
-"""Orchestration: index jobs, the QA engine, command line."""
-from hpengine.pipeline._index_job import run_add, run_index
+"""Orchestration: the QA engine and its retrieval methods, the text rules of the reading steps,
+index and eval jobs, command line."""
+from hpengine.pipeline._engine import Engine
+from hpengine.pipeline._eval_job import evaluate, load_llm, make_engine, run_eval
+from hpengine.pipeline._factory import make_encoder, make_extractor
+from hpengine.pipeline._index_job import format_report, run_add, run_index
+from hpengine.pipeline._steps import QASteps
+from hpengine.pipeline._text import choice_options, is_comparison, is_unknown, names_shared, resolve_choice, rewrite
+from hpengine.pipeline._types import ChainFact, HopRecord, Prediction
+from hpengine.pipeline.retrievers import Retriever, available_retrievers, get_retriever, register_retriever
 
-__all__ = ["run_add", "run_index"]
+__all__ = [
+    "ChainFact",
+    "Engine",
+    "HopRecord",
+    "Prediction",
+    "QASteps",
+    "Retriever",
+    "available_retrievers",
+    "choice_options",
+    "evaluate",
+    "format_report",
+    "get_retriever",
+    "is_comparison",
+    "is_unknown",
+    "load_llm",
+    "make_encoder",
+    "make_engine",
+    "make_extractor",
+    "names_shared",
+    "register_retriever",
+    "resolve_choice",
+    "rewrite",
+    "run_add",
+    "run_eval",
+    "run_index",
+]

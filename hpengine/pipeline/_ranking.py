@@ -6,6 +6,10 @@ from torch import Tensor
 
 from hpengine.sparse import gather_csr_rows
 
+# homed bridge candidates score _HOMED_OFFSET + cosine in [1, 3], above any unhomed candidate's
+# support / (1 + support) in (0, 1) (see linked_bridges)
+_HOMED_OFFSET = 2.0
+
 
 def first_occurrence(ids: Tensor) -> Tensor:
     """Mask of the first occurrence of each non-negative id in every row.
@@ -128,7 +132,7 @@ def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, coun
 
 def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
                     excluded: Tensor, num_entities: int, entity_weight: Tensor | None = None,
-                    reduce: str = "sum") -> tuple[Tensor, Tensor]:
+                    reduce: str = "sum", support_floor: float = 1e-6) -> tuple[Tensor, Tensor]:
     """Best-supported entity of each question's selected facts (no-LLM bridge, SPEC §2 no-LLM mode).
 
     An entity's support is the sum of the (positive part of the) scores of the selected facts
@@ -143,13 +147,15 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
         entity_weight: optional float ``[V]`` multiplier of each entity's support (e.g. an IDF
             that keeps hubs such as nationalities from winning; 0 bars an entity).
         reduce: ``"sum"`` of the supporting facts' scores, or ``"max"`` (the best fact naming it).
+        support_floor: added to every fact's (positive part of the) score, so that a selected
+            fact scored <= 0 still nominates its entities.
 
     Returns:
         ``(entity [Q], support [Q])``; entity ``-1`` and support 0 when no candidate exists.
     """
     q = fact_ids.shape[0]
     question, entity, support = _candidate_support(fact_ids, scores, incidence_crow, incidence_col, excluded,
-                                                   num_entities, entity_weight, reduce)
+                                                   num_entities, entity_weight, reduce, support_floor)
     best = torch.zeros(q, device=fact_ids.device).scatter_reduce(0, question, support, reduce="amax")
     is_best = support == best[question]
     # lowest entity id among ties: deterministic
@@ -161,7 +167,7 @@ def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, in
 
 def _candidate_support(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
                        excluded: Tensor, num_entities: int, entity_weight: Tensor | None,
-                       reduce: str) -> tuple[Tensor, Tensor, Tensor]:
+                       reduce: str, support_floor: float) -> tuple[Tensor, Tensor, Tensor]:
     """(question, entity) candidate pairs of the selected facts and their support.
 
     Returns:
@@ -172,7 +178,7 @@ def _candidate_support(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor,
         raise ValueError(f"reduce must be 'sum' or 'max' (got {reduce!r})")
     q, k = fact_ids.shape
     rows, ents = gather_csr_rows(incidence_crow, incidence_col, fact_ids.reshape(-1))
-    weight = scores.reshape(-1)[rows].clamp_min(0).float() + 1e-6  # a selected fact always gives some support
+    weight = scores.reshape(-1)[rows].clamp_min(0).float() + support_floor  # a selected fact always gives some support
     if entity_weight is not None:
         weight = weight * entity_weight[ents]
     key = (rows // k) * num_entities + ents
@@ -215,7 +221,7 @@ def best_home(question: Tensor, entity: Tensor, home_crow: Tensor, home_col: Ten
 def linked_bridges(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
                    excluded: Tensor, num_entities: int, num_bridges: int, *, home_crow: Tensor, home_col: Tensor,
                    query_emb: Tensor, passage_emb: Tensor | None, entity_weight: Tensor | None = None,
-                   reduce: str = "sum") -> tuple[Tensor, Tensor, Tensor]:
+                   reduce: str = "sum", support_floor: float = 1e-6) -> tuple[Tensor, Tensor, Tensor]:
     """The ``num_bridges`` best bridge entities of each question's selected facts, looking one
     step ahead through the passages the entities are the subject of (no-LLM bridge, SPEC §2).
 
@@ -239,17 +245,20 @@ def linked_bridges(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, inc
         passage_emb: float ``[P, D]`` normalised passage embeddings (None: homes score 0).
         entity_weight: optional float ``[V]`` support multiplier (0 bars an entity).
         reduce: ``"sum"`` or ``"max"`` of the supporting facts' scores.
+        support_floor: see :func:`bridge_entities`.
 
     Returns:
         ``(entity [Q, B], home [Q, B], value [Q, B])``: best first, ``-1`` padded (home ``-1`` also
         for a bridge without a home); value is ``2 + cosine`` for bridges with a home and
-        ``support / (1 + support)`` (in (0, 1)) for the others, 0 for padding.
+        ``support / (1 + support)`` (in (0, 1)) for the others, 0 for padding. The offset 2 is
+        what puts every homed candidate first with one sort: a cosine lies in [-1, 1], so
+        ``2 + cosine`` lies in [1, 3], above every ``support / (1 + support)`` < 1.
     """
     q = fact_ids.shape[0]
     question, entity, support = _candidate_support(fact_ids, scores, incidence_crow, incidence_col, excluded,
-                                                   num_entities, entity_weight, reduce)
+                                                   num_entities, entity_weight, reduce, support_floor)
     home, cos = best_home(question, entity, home_crow, home_col, query_emb, passage_emb)
-    value = torch.where(home >= 0, 2.0 + cos, support / (1.0 + support))
+    value = torch.where(home >= 0, _HOMED_OFFSET + cos, support / (1.0 + support))
     # best first within each question; pairs come sorted by (question, entity), so stable sorts keep
     # the lower entity id first among equal values
     order = torch.argsort(value, descending=True, stable=True)

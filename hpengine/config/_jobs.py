@@ -1,0 +1,44 @@
+"""Typed configuration of the ``eval``, ``ask`` and ``demo`` jobs (composed by the CLI from ``conf/``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpengine.config._engine import EngineConfig
+from hpengine.config._schemas import (
+    EncoderConfig,
+    EvalConfig,
+    ExtractorConfig,
+    GraphConfig,
+    ModelConfig,
+    RetrievalConfig,
+)
+
+
+@dataclass
+class EvalJobConfig:
+    """``hpengine eval index=DIR questions=PATH retriever=NAME output=FILE.json``."""
+
+    index: str = ""
+    questions: str = ""  # empty: the built-in demo questions
+    output: str = ""
+    device: str = "cpu"
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # the method: its config class picks it
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+@dataclass
+class DemoJobConfig:
+    """``hpengine demo``: index the built-in corpus, answer the built-in questions, print everything."""
+
+    out: str = ""  # empty: a temporary folder
+    device: str = "cpu"
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

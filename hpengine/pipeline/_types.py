@@ -1,0 +1,48 @@
+"""What the engine returns: a prediction per question with its evidence chain (every method)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ChainFact:
+    """One fact of the evidence chain."""
+
+    text: str
+    title: str  # its passage's title
+    passage: int  # its passage id
+    score: float  # the method's score (HyperProve: alpha-mixed; PPR: PPR mass)
+    distance: int  # BFS distance to the carried frontier; -1 when unreachable, first hop, or not a walk
+
+
+@dataclass
+class HopRecord:
+    """One hop of the chain: the sub-query it searched, the answer read from it, its facts."""
+
+    subquery: str  # as rewritten with the answers of earlier hops
+    answer: str
+    facts: list  # ChainFact
+    linked: list = field(default_factory=list)  # passage ids linked to the hop (titled with its bridges / answer)
+
+
+@dataclass
+class Prediction:
+    """The engine's output for one question."""
+
+    question: str
+    answer: str
+    chain: list  # HopRecord per hop
+    passages: list  # ranked passage ids
+    diagnostics: list = field(default_factory=list)  # per hop: {stage: passage ids}
+    notes: list = field(default_factory=list)  # what the method did differently for this question
+
+    def to_dict(self, index) -> dict:
+        out = {
+            "question": self.question, "prediction": self.answer,
+            "retrieved": [index.passages[p].title for p in self.passages],
+            "chain": [{"subquery": h.subquery, "answer": h.answer, "facts": [vars(f) for f in h.facts],
+                       "linked": [index.passages[p].title for p in h.linked]} for h in self.chain],
+        }
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out

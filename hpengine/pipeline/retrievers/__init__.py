@@ -1,0 +1,14 @@
+"""Retrieval methods behind one interface, one module each, found by name in a registry."""
+from hpengine.pipeline.retrievers._base import Retriever, available_retrievers, get_retriever, register_retriever
+from hpengine.pipeline.retrievers._dense import DenseRetriever
+from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
+
+__all__ = [
+    "ChainState",
+    "DenseRetriever",
+    "HyperProveRetriever",
+    "Retriever",
+    "available_retrievers",
+    "get_retriever",
+    "register_retriever",
+]

@@ -1,0 +1,79 @@
+"""The retriever interface and its registry: every method (dense, HyperProve, PPR, a user's own)
+is one class implementing :meth:`Retriever.answer` over the shared steps, found by name."""
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from hpengine.config import EngineConfig
+
+_REGISTRY: dict = {}
+
+
+class Retriever(abc.ABC):
+    """One retrieval method of the engine.
+
+    A method answers a batch of questions by composing the shared steps
+    (:class:`~hpengine.pipeline.QASteps`: encoding, decomposition, the no-LLM answer, reading,
+    chain records) with its own retrieval, all questions at once. Subclasses set ``name`` and
+    ``config_class`` (a subclass of :class:`~hpengine.config.EngineConfig` whose ``method`` is
+    ``name``) and are made available with :func:`register_retriever`.
+
+    Args:
+        steps: the shared steps over the engine's index, encoder, config and models.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type] = EngineConfig
+
+    def __init__(self, steps):
+        if not isinstance(steps.config, self.config_class):
+            raise TypeError(f"retriever {self.name!r} needs a {self.config_class.__name__} "
+                            f"(got {type(steps.config).__name__})")
+        self.steps = steps
+        self.config = steps.config
+
+    @abc.abstractmethod
+    def answer(self, questions: list) -> list:
+        """Answer a batch of questions.
+
+        Returns:
+            one :class:`~hpengine.pipeline.Prediction` per question, in order.
+        """
+
+
+def register_retriever(cls: type) -> type:
+    """Make a :class:`Retriever` subclass available by its ``name`` (usable as a decorator).
+
+    Raises:
+        TypeError: ``cls`` is not a Retriever, or its config class is not an EngineConfig.
+        ValueError: the name is empty, taken by another class, or differs from ``config_class.method``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Retriever)):
+        raise TypeError(f"register_retriever needs a Retriever subclass (got {cls!r})")
+    if not cls.name:
+        raise ValueError(f"{cls.__name__}.name must be a non-empty string (got {cls.name!r})")
+    if not (isinstance(cls.config_class, type) and issubclass(cls.config_class, EngineConfig)):
+        raise TypeError(f"{cls.__name__}.config_class must subclass EngineConfig (got {cls.config_class!r})")
+    if cls.config_class.method != cls.name:
+        raise ValueError(f"{cls.config_class.__name__}.method must be {cls.name!r} (got {cls.config_class.method!r})")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"a retriever named {cls.name!r} is already registered ({_REGISTRY[cls.name].__name__})")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_retriever(name: str) -> type:
+    """The registered retriever class called ``name``.
+
+    Raises:
+        ValueError: no retriever has that name (the message lists those that exist).
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"retriever must be one of {sorted(_REGISTRY)} (got {name!r})")
+    return _REGISTRY[name]
+
+
+def available_retrievers() -> dict:
+    """``{name: retriever class}`` of every registered method."""
+    return dict(_REGISTRY)
