@@ -1,8 +1,9 @@
-"""Batched retrieval: dense top-k, random-walk subgraphs, bounded BFS and the HyperProve hop."""
+"""Batched retrieval: dense top-k, random-walk subgraphs, bounded BFS, the HyperProve hop and PPR."""
 from hpengine.retrieval._bfs import batched_bfs
 from hpengine.retrieval._chunking import HopPlan, plan_hop
 from hpengine.retrieval._dense import DenseIndex, dense_topk
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
+from hpengine.retrieval._ppr import personalized_pagerank, ppr_chunk_size
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
 
 __all__ = [
@@ -12,7 +13,9 @@ __all__ = [
     "batched_bfs",
     "dense_topk",
     "hyperprove_hop",
+    "personalized_pagerank",
     "plan_hop",
+    "ppr_chunk_size",
     "restart_distribution",
     "top_visited",
     "walk_visits",

@@ -237,3 +237,58 @@ def reference_hop(transition, fact_embeddings, query, frontier=(), *, num_seeds:
         "reached": reached,
         "distance_to_frontier": dist,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Personalised PageRank on the entity-fact-passage star graph (SPEC §3), two ways.
+def star_graph_edges(fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int) -> Tensor:
+    """Undirected edges of the star expansion, int64 ``[E, 2]`` (duplicate incidences once).
+
+    Nodes: entities ``[0, V)``, facts ``[V, V + H)``, passages ``[V + H, V + H + P)``.
+    """
+    num_facts = fact_passage.numel()
+    fe = fact_entity.cpu()
+    key = torch.unique(fe[0] * max(num_entities, 1) + fe[1])
+    facts, ents = key // max(num_entities, 1), key % max(num_entities, 1)
+    ent_edges = torch.stack([ents, num_entities + facts], 1)
+    pas_edges = torch.stack([num_entities + torch.arange(num_facts), num_entities + num_facts + fact_passage.cpu()], 1)
+    return torch.cat([ent_edges, pas_edges])
+
+
+def networkx_ppr(fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int,
+                 personalization: Tensor, *, damping: float = 0.85, tol: float = 1e-13) -> Tensor:
+    """``networkx.pagerank`` per question on the star graph, float64 ``[Q, N]``.
+
+    ``personalization`` is a dense ``[Q, N]`` tensor (any non-negative rows with mass).
+    """
+    import networkx as nx
+
+    num_nodes = num_entities + fact_passage.numel() + num_passages
+    g = nx.Graph()
+    g.add_nodes_from(range(num_nodes))
+    g.add_edges_from(star_graph_edges(fact_entity, fact_passage, num_entities, num_passages).tolist())
+    out = torch.zeros(personalization.shape[0], num_nodes, dtype=torch.float64)
+    for q, row in enumerate(personalization.detach().cpu().double()):
+        pers = {n: float(w) for n, w in enumerate(row.tolist()) if w > 0}
+        ppr = nx.pagerank(g, alpha=damping, personalization=pers, tol=tol, max_iter=10_000)
+        out[q] = torch.tensor([ppr[n] for n in range(num_nodes)], dtype=torch.float64)
+    return out
+
+
+def dense_ppr(fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int,
+              personalization: Tensor, *, damping: float = 0.85) -> Tensor:
+    """PPR by a dense float64 linear solve: ``x = R p / sum(R p)``, ``R = (I - d A D^-1)^-1``.
+
+    Differentiable in ``personalization`` (a ``[Q, N]`` tensor), so it is also the gradient reference.
+    """
+    num_nodes = num_entities + fact_passage.numel() + num_passages
+    edges = star_graph_edges(fact_entity, fact_passage, num_entities, num_passages)
+    adj = torch.zeros(num_nodes, num_nodes, dtype=torch.float64)
+    adj[edges[:, 0], edges[:, 1]] = 1.0
+    adj[edges[:, 1], edges[:, 0]] = 1.0
+    deg = adj.sum(0)
+    inv = torch.where(deg > 0, 1.0 / torch.where(deg > 0, deg, torch.ones_like(deg)), torch.zeros_like(deg))
+    system = torch.eye(num_nodes, dtype=torch.float64) - damping * adj * inv.unsqueeze(0)  # I - d M^T
+    p = personalization.cpu().double()
+    u = torch.linalg.solve(system, p.t()).t()  # [Q, N]
+    return u / u.sum(1, keepdim=True)
