@@ -8,7 +8,7 @@ from hpengine.eval._report import CURVE_KS, TABLE_KS, ReportData
 from hpengine.eval._report_plots import FUNNEL_STAGES, facet_svg, funnel_svg, recall_curve_svg
 
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;padding:16px 24px;
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1600px;padding:16px 24px;
 color:#1d2330;background:#fff}
 h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #e3e6ec;padding-bottom:4px}
 .sub{color:#5b6475;font-size:12.5px}.note{background:#fff7e0;border-left:3px solid #e0a800;padding:6px 10px;margin:8px 0;

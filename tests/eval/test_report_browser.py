@@ -52,7 +52,7 @@ def check_page(path: str, search: str | None = None, screenshot: str | None = No
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page = browser.new_page(viewport={"width": 1500, "height": 900})
             errors, requests = [], []
             page.on("pageerror", lambda err: errors.append(str(err)))
             page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
