@@ -10,8 +10,10 @@ from hpengine.eval._report_plots import FUNNEL_STAGES, facet_svg, funnel_svg, re
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1600px;padding:16px 24px;
 color:#1d2330;background:#fff}
-h1{font-size:22px;margin:4px 0 2px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #e3e6ec;padding-bottom:4px}
-.sub{color:#5b6475;font-size:12.5px}.note{background:#fff7e0;border-left:3px solid #e0a800;padding:6px 10px;margin:8px 0;
+h1{font-size:22px;margin:4px 0 2px}
+h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #e3e6ec;padding-bottom:4px}
+.sub{color:#5b6475;font-size:12.5px}
+.note{background:#fff7e0;border-left:3px solid #e0a800;padding:6px 10px;margin:8px 0;
 font-size:12.5px}
 table{border-collapse:collapse;font-size:12.5px}th,td{border:1px solid #e3e6ec;padding:4px 7px;vertical-align:top}
 th{background:#f4f6f9;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -42,7 +44,8 @@ _SCRIPT = r"""
 const D = JSON.parse(document.getElementById('report-data').textContent);
 const R = D.runs, Q = D.questions;
 const $ = id => document.getElementById(id);
-const esc = s => String(s == null ? '' : s).replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));
+const ENT = {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'};
+const esc = s => String(s == null ? '' : s).replace(/[&<>"]/g, c => ENT[c]);
 const fmt = v => v == null ? '–' : Number(v).toFixed(3);
 const solved = (q, j, m) => { const r = q.runs[j]; return m === 'em' ? r.em === 1 : r.recall5 === 1; };
 let PAGE = 50, shown = PAGE, matches = [];
@@ -64,7 +67,8 @@ function card(q){
     + ` R@5 ${fmt(r.recall5)}</span>`).join('');
   const tags = Object.entries(q.facets).map(([k, v]) => `<span class="tag">${esc(v)}</span>`).join('');
   d.innerHTML = `<summary><span class="qid">${esc(q.id)}</span>${esc(q.question)}${tags}<br>${badges}</summary>`;
-  d.addEventListener('toggle', () => { if (d.open && !d.querySelector('.body')) d.insertAdjacentHTML('beforeend', body(q)); });
+  d.addEventListener('toggle', () => {  // the body is built on first open: the DOM stays small
+    if (d.open && !d.querySelector('.body')) d.insertAdjacentHTML('beforeend', body(q)); });
   return d;
 }
 function body(q){
@@ -78,9 +82,11 @@ function body(q){
       + `<div><b>ranked passages</b> (R@5 ${fmt(r.recall5)}):</div><ol class="ranked">`
       + r.ranked.map(p => `<li class="${p[1] ? 'gold' : ''}">${esc(p[0])}</li>`).join('') + '</ol>';
     if (r.chain.length){ h += '<div><b>evidence chain</b></div>';
-      r.chain.forEach((c, t) => { h += `<div class="hop">hop ${t + 1}: <i>${esc(c.subquery)}</i> → <b>${esc(c.answer)}</b>`
+      r.chain.forEach((c, t) => {
+        h += `<div class="hop">hop ${t + 1}: <i>${esc(c.subquery)}</i> → <b>${esc(c.answer)}</b>`
         + c.facts.map(f => `<div class="fact"><span class="s" title="fact score; BFS distance to the carried frontier">`
-          + `${f.score == null ? '' : Number(f.score).toFixed(3)} d=${f.distance == null || f.distance < 0 ? '–' : f.distance}`
+          + `${f.score == null ? '' : Number(f.score).toFixed(3)} `
+          + `d=${f.distance == null || f.distance < 0 ? '–' : f.distance}`
           + `</span> [${esc(f.title)}] ${esc(f.text)}</div>`).join('')
         + (c.linked.length ? `<div class="fact">linked: ${c.linked.map(esc).join(', ')}</div>` : '') + '</div>'; }); }
     h += '</div>'; });
@@ -184,7 +190,8 @@ def render_page(data: ReportData, title: str = "hpengine evaluation report") -> 
     names = [run.name for run in data.runs]
     n = data.rows[0]["questions"] if data.rows else 0
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
-             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><style>{_CSS}</style></head><body>",
+             '<meta name="viewport" content="width=device-width, initial-scale=1">'
+             f"<style>{_CSS}</style></head><body>",
              f"<h1>{e(title)}</h1><div class=\"sub\">{len(names)} run(s) over {n} questions: "
              f"{e(', '.join(names))}</div>"]
     parts += [f'<div class="note">{e(note)}</div>' for note in data.notes]
