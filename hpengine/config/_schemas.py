@@ -48,6 +48,7 @@ class EncoderConfig:
         _check_choice("encoder.pooling", self.pooling, {"mean", "cls"})
         _check_range("encoder.batch_size", self.batch_size, 1)
         _check_range("encoder.max_length", self.max_length, 1)
+        _check_range("encoder.max_tokens_per_batch", self.max_tokens_per_batch, 0)
 
 
 @dataclass
@@ -77,6 +78,11 @@ class ExtractorConfig:
         _check_choice("extractor.on_reject", self.on_reject, {"fast", "skip"})
         _check_range("extractor.llm_batch_size", self.llm_batch_size, 1)
         _check_range("extractor.spacy_batch_size", self.spacy_batch_size, 1)
+        _check_range("extractor.n_process", self.n_process, 1)
+        _check_range("extractor.min_fact_chars", self.min_fact_chars, 0)
+        for name in ("llm_max_new_tokens", "llm_max_input_tokens"):
+            _check_range(f"extractor.{name}", getattr(self, name), 1)
+        _check_choice("extractor.llm_dtype", self.llm_dtype, {"float32", "bfloat16", "float16"})
 
 
 @dataclass
@@ -107,6 +113,10 @@ class IndexConfig:
     extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
+
+    def __post_init__(self):
+        if not self.out:
+            raise ValueError("out must name the index folder (got '')")
 
 
 @dataclass
@@ -164,6 +174,8 @@ class ModelConfig:
     def __post_init__(self):
         _check_choice("model.dtype", self.dtype, {"float32", "bfloat16", "float16"})
         _check_range("model.batch_size", self.batch_size, 1)
+        for name in ("max_new_tokens_decompose", "max_new_tokens_read", "max_input_tokens"):
+            _check_range(f"model.{name}", getattr(self, name), 1)
 
 
 @dataclass
@@ -173,3 +185,11 @@ class EvalConfig:
     recall_ks: list = field(default_factory=lambda: [2, 5])
     max_questions: int = 0  # 0: all
     batch_size: int = 256
+
+    def __post_init__(self):
+        ks = self.recall_ks
+        if (not isinstance(ks, (list, tuple)) or not ks
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks)):
+            raise ValueError(f"eval.recall_ks must be a non-empty list of ints >= 1 (got {ks!r})")
+        _check_range("eval.max_questions", self.max_questions, 0)
+        _check_range("eval.batch_size", self.batch_size, 1)

@@ -125,8 +125,9 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
         seeds [Q, S], subgraph [Q, M])``.
 
     Raises:
-        ValueError: shapes, sizes or devices disagree, or ``F + S > min(M, H)`` (the frontier and the
-            seeds must fit in the subgraph).
+        ValueError: shapes, sizes or devices disagree, or ``F + S > M`` while ``M < H`` (the frontier
+            and the seeds must fit in the subgraph; a graph of at most ``M`` facts is the subgraph
+            itself, and seeds, subgraph and frontier larger than it shrink to it).
         TypeError: wrong types or dtypes, unknown overrides.
 
     Shapes:
@@ -190,9 +191,11 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
     search_k = min(cfg.num_seeds, num_facts)
     width_f = frontier.shape[1]
     forced_width = width_f + (seeds.shape[1] if seeds is not None else search_k)
-    if num_facts and forced_width > m:
-        raise ValueError(f"frontier width F plus seeds S must fit in the subgraph min(M, H) = {m} "
-                         f"(got F={width_f}, S={forced_width - width_f})")
+    # when the subgraph is the whole graph (m == H: a graph smaller than M) every forced id fits,
+    # however wide the padded frontier; a tiny index must answer, not fail
+    if num_facts and forced_width > m and m < num_facts:
+        raise ValueError(f"frontier width F plus seeds S must fit in the subgraph min(M, H) = {m}; raise "
+                         f"retrieval.subgraph_size (got F={width_f}, S={forced_width - width_f})")
     k = cfg.top_k
 
     fact_ids = torch.full((num_q, k), -1, dtype=torch.int64, device=device)
