@@ -40,7 +40,7 @@ setup(
     extras_require={
         "gpu": ["faiss-gpu-cu12>=1.8"],
         "llm": ["gguf>=0.10"],
-        "bench": ["python-igraph>=0.11"],
+        "bench": ["python-igraph>=0.11", "torch-ppr>=0.0.8"],
         "test": ["pytest>=8", "hypothesis>=6.100", "python-igraph>=0.11"],
     },
     entry_points={"console_scripts": ["hpengine=hpengine.pipeline.cli:main"]},
