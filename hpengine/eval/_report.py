@@ -173,19 +173,18 @@ def differing_settings(runs: list) -> dict:
     """Settings that differ between the runs: ``{key: [value per run]}`` over the flattened
     ``config`` (``retrieval.*``, ``engine.*``, ``model.*``, ``index``).
     The question file is left out (the runs answer the same questions by construction), and so are
-    the retriever and the LLM flag, which the method column shows."""
+    the retriever and the LLM flag, which the method column shows, and the keys that not every run
+    has (one method's own parameters, e.g. PPR's damping next to a HyperProve run)."""
     flat = []
     for run in runs:
         config = dict(run.result.get("config") or {})
         config.pop("questions", None)
         flat.append({k: v for k, v in _flatten(config).items() if k != "engine.retriever"})
-    keys = list(dict.fromkeys(k for f in flat for k in f))
-    missing = object()
     out = {}
-    for key in keys:
-        values = [f.get(key, missing) for f in flat]
+    for key in (k for k in flat[0] if all(k in f for f in flat[1:])):
+        values = [f[key] for f in flat]
         if len(runs) > 1 and any(v != values[0] for v in values[1:]):
-            out[key] = [None if v is missing else v for v in values]
+            out[key] = values
     return out
 
 
@@ -355,6 +354,7 @@ def browser_records(runs: list, questions: dict, facets_by_id: dict) -> list:
             marks = dict.fromkeys(r for r in (ranks or ()) if r is not None)
             entry["runs"].append({
                 "answer": rec.get("prediction", ""), "em": rec.get("em"), "f1": rec.get("f1"),
+                "notes": [str(n) for n in rec.get("notes", [])],
                 "recall5": _record_recall5(rec) if _record_recall5(rec) is not None
                 else (recall_from_ranks(ranks, 5) if ranks else None),
                 "ranked": [[t, i in marks] for i, t in enumerate(rec.get("retrieved", []))],
@@ -405,6 +405,8 @@ def collect(runs: list, questions: list | None = None, questions_path: str | Non
                          f"(pass questions=PATH)" if given else
                          "the run has no question file in its config: gold passages are not shown")
             questions = []
+    for run in runs:  # what evaluate() warned about (e.g. gold passages missing from the index)
+        notes += [f"{run.name}: {w}" for w in run.result.get("warnings") or []]
     by_id = {q.id: q for q in questions}
     facets_by_id = {str(r["id"]): question_type(str(r["id"]), by_id[str(r["id"])].meta
                                                 if str(r["id"]) in by_id else None) for r in runs[0].records}

@@ -79,6 +79,7 @@ function body(q){
   q.runs.forEach((r, j) => {
     h += `<div class="col"><h4>${esc(R[j].name)}</h4><div><b>answer:</b> ${esc(r.answer)} `
       + `<span class="badge ${r.em === 1 ? 'ok' : 'bad'}">EM ${fmt(r.em)}</span> F1 ${fmt(r.f1)}</div>`
+      + r.notes.map(n => `<div class="sub">note: ${esc(n)}</div>`).join('')
       + `<div><b>ranked passages</b> (R@5 ${fmt(r.recall5)}):</div><ol class="ranked">`
       + r.ranked.map(p => `<li class="${p[1] ? 'gold' : ''}">${esc(p[0])}</li>`).join('') + '</ol>';
     if (r.chain.length){ h += '<div><b>evidence chain</b></div>';

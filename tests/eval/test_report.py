@@ -297,3 +297,20 @@ def test_demo_writes_its_report(tmp_path, capsys):
     assert f"report page written to {out}" in printed
     page = out.read_text(encoding="utf-8")
     assert len(_data(page)["questions"]) == 12 and 'data-plot="recall"' in page
+
+
+def test_method_specific_settings_warnings_and_record_notes(runs):
+    from hpengine.eval._report import differing_settings, make_runs
+
+    _, (dense, hyper) = runs
+    ppr = json.loads(json.dumps(dense))
+    ppr["retriever"] = "ppr"
+    ppr["config"]["engine"].update(retriever="ppr", damping=0.85)  # a key only the PPR run has
+    ppr["warnings"] = ["2 gold passages are not in the index"]
+    ppr["records"][0]["notes"] = ["ppr: no entity linked, dense passage ranking"]
+    assert differing_settings(make_runs([dense, ppr])) == {}
+    assert differing_settings(make_runs([hyper, ppr])) == {"retrieval.top_k": [5, 3],
+                                                           "engine.diagnostics": [True, False]}
+    page = build_report([dense, ppr])
+    assert "ppr: 2 gold passages are not in the index" in page
+    assert _data(page)["questions"][0]["runs"][1]["notes"] == ["ppr: no entity linked, dense passage ranking"]
