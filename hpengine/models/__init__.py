@@ -16,3 +16,7 @@ from hpengine.models._decomposer import Decomposer
 from hpengine.models._reader import Reader
 
 __all__ += ["Decomposer", "Reader"]
+
+from hpengine.models._mentions import MentionTagger
+
+__all__ += ["MentionTagger"]

@@ -68,14 +68,18 @@ class QASteps:
 
     def dense_passages(self, query_emb: Tensor, k: int) -> Tensor:
         """Top-``k`` passages by cosine: int64 ``[Q, min(k, P)]`` (``[Q, 0]`` without passage embeddings)."""
+        return self.dense_passages_scored(query_emb, k)[1]
+
+    def dense_passages_scored(self, query_emb: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Top-``k`` passages by cosine: float32 cosines and int64 ids, ``[Q, min(k, P)]`` each."""
         from hpengine.retrieval import dense_topk
 
         if self.index.passage_emb is None:
-            return query_emb.new_full((query_emb.shape[0], 0), -1, dtype=torch.int64)
+            empty = query_emb.new_full((query_emb.shape[0], 0), -1, dtype=torch.int64)
+            return empty.float(), empty
         k = min(k, self.index.num_passages)
         with self.timer.stage("dense"):
-            _, ids = dense_topk(query_emb, self.index.passage_emb, k)
-        return ids
+            return dense_topk(query_emb, self.index.passage_emb, k)
 
     def passage_facts(self, passages: Tensor) -> tuple[Tensor, Tensor]:
         """Facts of each question's ranked passages with a rank weight ``1 / (1 + rank)``: the

@@ -2,11 +2,13 @@
 from hpengine.pipeline.retrievers._base import Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers._dense import DenseRetriever
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
+from hpengine.pipeline.retrievers._ppr import PPRRetriever
 
 __all__ = [
     "ChainState",
     "DenseRetriever",
     "HyperProveRetriever",
+    "PPRRetriever",
     "Retriever",
     "available_retrievers",
     "get_retriever",

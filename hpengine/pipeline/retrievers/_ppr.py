@@ -1,0 +1,209 @@
+"""Hypergraph personalised PageRank (SPEC §3, seed 001; the core of HippoRAG), batched.
+
+The entities a question names seed a personalised PageRank over the entity-fact-passage star
+graph of the index; passages rank by the PPR mass that reaches them. All questions of a batch
+link and walk together: one NER pass, one encoder call for their mentions, one dense top-k over
+entity names, one :func:`~hpengine.retrieval.personalized_pagerank` over ``[N, Q]`` blocks.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hpengine.config import PPRConfig
+from hpengine.pipeline._ranking import compact, first_occurrence
+from hpengine.pipeline._types import HopRecord, Prediction
+from hpengine.pipeline.retrievers._base import Retriever, register_retriever
+from hpengine.sparse import gather_csr_rows
+
+NO_SEED_NOTE = "ppr: no entity linked, dense passage ranking"
+# passages whose dense cosine seeds restart mass when passage_reset > 0 (HippoRAG 2 gives every
+# passage some; beyond the top few hundred the weights are negligible after normalisation)
+RESET_PASSAGES = 200
+
+
+def pad_rows(row: Tensor, values: list, num_rows: int, fill: list) -> list:
+    """Group flat entries by row into left-aligned ``[num_rows, R]`` blocks (R = the largest row).
+
+    Args:
+        row: int64 ``[n]`` row of each entry, sorted ascending.
+        values: tensors ``[n]`` to lay out.
+        num_rows: number of rows.
+        fill: padding value per tensor of ``values``.
+
+    Returns:
+        one ``[num_rows, R]`` tensor per tensor of ``values``.
+
+    Example:
+        >>> pad_rows(torch.tensor([0, 0, 2]), [torch.tensor([5, 6, 7])], 3, [-1])
+        [tensor([[ 5,  6],
+                [-1, -1],
+                [ 7, -1]])]
+    """
+    counts = torch.bincount(row, minlength=num_rows)
+    width = int(counts.max()) if row.numel() else 0  # host sync: the block width, once per batch
+    start = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(row.numel(), device=row.device) - start[row]
+    out = []
+    for v, f in zip(values, fill):
+        block = v.new_full((num_rows, width), f)
+        block[row, pos] = v
+        out.append(block)
+    return out
+
+
+@register_retriever
+class PPRRetriever(Retriever):
+    """Personalised PageRank from the question's linked entities (see :class:`~hpengine.config.PPRConfig`)."""
+
+    name = "ppr"
+    config_class = PPRConfig
+
+    def __init__(self, steps):
+        super().__init__(steps)
+        idx = steps.index
+        g = idx.graph
+        v, p = idx.num_entities, max(idx.num_passages, 1)
+        # HippoRAG's node specificity: 1 / the number of passages an entity occurs in
+        pairs = torch.unique(g.fact_entity[1] * p + idx.fact_passage[g.fact_entity[0]])
+        self.entity_passages = torch.bincount(pairs // p, minlength=v).to(idx.fact_emb.device)  # [V]
+        self._tagger = None
+
+    @property
+    def tagger(self):
+        if self._tagger is None:
+            from hpengine.models import MentionTagger
+
+            self._tagger = MentionTagger(self.config.ner_model)
+        return self._tagger
+
+    # ------------------------------------------------------------------ seeds
+    def seeds(self, questions: list, question_emb: Tensor) -> tuple[Tensor, Tensor]:
+        """The personalization of each question as sparse node mass.
+
+        Returns:
+            ``(ids, mass)``: int64 ``[Q, R]`` star-graph node ids (entities ``[0, V)``, passages
+            ``[V + H, N)``), ``-1`` padded, and float32 ``[Q, R]`` non-negative mass (unnormalised;
+            an all-zero row means nothing was linked).
+        """
+        s, cfg, idx = self.steps, self.config, self.steps.index
+        q = len(questions)
+        rows, nodes, weights = [], [], []
+        for row, ent, sim in self._entity_links(questions, question_emb):
+            keep = (ent >= 0) & (sim >= cfg.link_threshold)
+            rows.append(row[keep])
+            nodes.append(ent[keep])
+            weights.append(self._seed_weight(ent[keep], sim[keep]))
+        if cfg.fact_seeds > 0 and idx.num_facts:
+            row, ent, score = self._fact_entities(question_emb)
+            rows.append(row)
+            nodes.append(ent)
+            weights.append(self._seed_weight(ent, score))
+        if cfg.passage_reset > 0 and idx.passage_emb is not None and idx.num_passages:
+            cos, pid = s.dense_passages_scored(question_emb, RESET_PASSAGES)
+            keep = pid >= 0
+            rows.append(torch.arange(q, device=pid.device).unsqueeze(1).expand_as(pid)[keep])
+            nodes.append(pid[keep] + idx.num_entities + idx.num_facts)
+            weights.append(cfg.passage_reset * cos[keep].clamp_min(0).float())
+        device = question_emb.device
+        row = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64, device=device)
+        node = torch.cat(nodes) if nodes else torch.zeros(0, dtype=torch.int64, device=device)
+        weight = torch.cat(weights) if weights else torch.zeros(0, device=device)
+        # one entry per (question, node): repeated links add up
+        num_nodes = idx.num_entities + idx.num_facts + idx.num_passages
+        key, inverse = torch.unique(row * num_nodes + node, return_inverse=True)
+        mass = torch.zeros(key.numel(), device=device).index_add_(0, inverse, weight.float())
+        ids, mass = pad_rows(key // num_nodes, [key % num_nodes, mass], q, [-1, 0.0])
+        return ids, mass
+
+    def _entity_links(self, questions: list, question_emb: Tensor):
+        """Dense links of the question's NER mentions and of the whole question to entity names:
+        ``(question row, entity, cosine)`` triples, each ``[n, k]``."""
+        from hpengine.retrieval import dense_topk
+
+        s, cfg, idx = self.steps, self.config, self.steps.index
+        v = idx.num_entities
+        if cfg.use_ner and cfg.links_per_mention > 0 and v:
+            with s.timer.stage("ner"):
+                mentions = self.tagger.mentions(questions)
+            flat = [m for ms in mentions for m in ms]
+            if flat:
+                owner = torch.tensor([i for i, ms in enumerate(mentions) for _ in ms], device=question_emb.device)
+                sim, ent = dense_topk(s.encode(flat), idx.entity_emb, min(cfg.links_per_mention, v))
+                yield owner.unsqueeze(1).expand_as(ent), ent, sim
+        if cfg.link_question and cfg.links_per_question > 0 and v:
+            sim, ent = dense_topk(question_emb, idx.entity_emb, min(cfg.links_per_question, v))
+            yield torch.arange(len(questions), device=ent.device).unsqueeze(1).expand_as(ent), ent, sim
+
+    def _fact_entities(self, question_emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Entities of each question's top dense facts (HippoRAG 2's fact seeds) with their fact's
+        cosine: ``(row [n], entity [n], score [n])``."""
+        s, cfg = self.steps, self.config
+        scores, facts = s.fact_index().search(question_emb, min(cfg.fact_seeds, s.index.num_facts))
+        crow, col = s.lookups.extracted_incidence(False)
+        pair, ent = gather_csr_rows(crow, col, facts.reshape(-1))
+        k = facts.shape[1]
+        return pair // k, ent, scores.reshape(-1)[pair].clamp_min(0).float()
+
+    def _seed_weight(self, entity: Tensor, sim: Tensor) -> Tensor:
+        mode = self.config.seed_weighting
+        if mode == "uniform":
+            return torch.ones_like(sim, dtype=torch.float32)
+        sim = sim.float().clamp_min(0)
+        if mode == "similarity":
+            return sim
+        return sim / self.entity_passages[entity].clamp_min(1).float()
+
+    # ------------------------------------------------------------------ walk
+    def walk(self, ids: Tensor, mass: Tensor) -> tuple[Tensor, Tensor]:
+        """PPR mass of facts and passages for seeded questions: float ``[Q', H]``, ``[Q', P]``."""
+        from hpengine.retrieval import personalized_pagerank
+
+        cfg, idx = self.config, self.steps.index
+        v, h = idx.num_entities, idx.num_facts
+        out = personalized_pagerank(idx.graph, (ids, mass), damping=cfg.damping, tol=cfg.tol, max_iter=cfg.max_iter,
+                                    nodes=slice(v, v + h + idx.num_passages), memory_budget_mb=cfg.memory_budget_mb)
+        return out[:, :h], out[:, h:]
+
+    def passage_scores(self, fact_mass: Tensor, passage_mass: Tensor) -> Tensor:
+        """A passage's score: its PPR mass plus ``fact_mass`` times its facts' mass, ``[Q', P]``."""
+        if self.config.fact_mass <= 0:
+            return passage_mass
+        extra = torch.zeros_like(passage_mass).index_add_(1, self.steps.index.fact_passage, fact_mass)
+        return passage_mass + self.config.fact_mass * extra
+
+    # ---------------------------------------------------------------- answer
+    def answer(self, questions: list) -> list:
+        s, cfg, idx = self.steps, self.config, self.steps.index
+        q = len(questions)
+        question_emb = s.encode(questions)
+        with s.timer.stage("seeds"):
+            ids, mass = self.seeds(questions, question_emb)
+        dense = s.dense_passages(question_emb, cfg.passage_width)
+        seeded = (mass > 0).any(dim=1)
+        rows = torch.nonzero(seeded).squeeze(1)  # host sync: which questions walk, once per batch
+        ranked = torch.full((q, cfg.passage_width), -1, dtype=torch.int64, device=dense.device)
+        ranked[:, : dense.shape[1]] = dense
+        k_facts = min(cfg.chain_facts, idx.num_facts)
+        chain_ids = torch.full((q, k_facts), -1, dtype=torch.int64, device=dense.device)
+        chain_scores = torch.zeros(q, k_facts, device=dense.device)
+        if rows.numel():
+            with s.timer.stage("ppr"):
+                fact_mass, passage_mass = self.walk(ids[rows], mass[rows])
+            score = self.passage_scores(fact_mass, passage_mass)
+            top_score, top = torch.topk(score, min(cfg.passage_width, idx.num_passages), dim=1)
+            top = torch.where(top_score > 0, top, torch.full_like(top, -1))  # unreached passages: dense fill
+            merged = torch.cat([top, dense[rows]], dim=1)
+            ranked[rows] = compact(merged, first_occurrence(merged), cfg.passage_width)
+            if k_facts:
+                f_score, f_ids = torch.topk(fact_mass, k_facts, dim=1)
+                chain_ids[rows] = torch.where(f_score > 0, f_ids, torch.full_like(f_ids, -1))
+                chain_scores[rows] = torch.where(f_score > 0, f_score.float(), torch.zeros_like(f_score.float()))
+        if s.use_llm:
+            final = s.read_passages(questions, ranked[:, : cfg.reader_passages])
+        else:
+            final = s.answer_from_facts(questions, question_emb, chain_ids, chain_scores)
+        facts = s.chain_facts(chain_ids, chain_scores)
+        notes = [[] if ok else [NO_SEED_NOTE] for ok in seeded.tolist()]
+        return [Prediction(qu, a, [HopRecord(qu, a, f)], [p for p in row if p >= 0], notes=n)
+                for qu, a, f, row, n in zip(questions, final, facts, ranked.tolist(), notes)]

@@ -1,0 +1,215 @@
+"""The retriever interface: registry, user-registered methods, and the PPR method against a
+per-question reference (Python linking + networkx PageRank)."""
+from dataclasses import dataclass
+
+import networkx as nx
+import pytest
+import torch
+
+from hpengine.config import DenseConfig, EngineConfig, ExtractorConfig, GraphConfig, HyperProveConfig, PPRConfig
+from hpengine.eval import load_questions
+from hpengine.graph import build_index, builtin_corpus_path, builtin_questions_path, load_corpus
+from hpengine.models import FastExtractor, MentionTagger
+from hpengine.pipeline import Engine, Prediction, Retriever, available_retrievers, get_retriever, register_retriever
+from hpengine.pipeline.retrievers import PPRRetriever
+from hpengine.testing._fakes import HashingEncoder
+
+
+@pytest.fixture(scope="module")
+def built():
+    passages = load_corpus(str(builtin_corpus_path())).passages
+    encoder = HashingEncoder(dim=256)
+    index, _ = build_index(passages, extractor=FastExtractor(ExtractorConfig()), encoder=encoder,
+                           graph_cfg=GraphConfig(synonym_threshold=0.9))
+    questions = [q.question for q in load_questions(str(builtin_questions_path()))]
+    return index, encoder, questions
+
+
+def test_registry_has_the_methods_and_names_the_choices():
+    assert {"dense", "hyperprove", "ppr"} <= set(available_retrievers())
+    assert get_retriever("ppr").config_class is PPRConfig
+    with pytest.raises(ValueError, match=r"retriever must be one of \[.*'dense'.*\(got 'bm25'\)"):
+        get_retriever("bm25")
+
+
+@dataclass
+class FirstPassagesConfig(EngineConfig):
+    method = "first_passages"
+    offset: int = 0
+
+
+class FirstPassages(Retriever):
+    """A user's method: passages in id order from ``offset``; answers with the first title."""
+
+    name = "first_passages"
+    config_class = FirstPassagesConfig
+
+    def answer(self, questions):
+        start = self.config.offset
+        ids = list(range(start, start + self.config.passage_width))
+        return [Prediction(q, self.steps.index.passages[ids[0]].title, [], ids) for q in questions]
+
+
+def test_user_registered_retriever(built):
+    index, encoder, questions = built
+    register_retriever(FirstPassages)
+    register_retriever(FirstPassages)  # idempotent for the same class
+    engine = Engine(index, encoder, retriever="first_passages")
+    assert engine.method == "first_passages" and isinstance(engine.config, FirstPassagesConfig)
+    pred = Engine(index, encoder, config=FirstPassagesConfig(offset=3, passage_width=2)).answer(questions[:1])[0]
+    assert pred.passages == [3, 4] and pred.answer == index.passages[3].title
+
+    class Clash(FirstPassages):
+        pass
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_retriever(Clash)
+    with pytest.raises(TypeError, match="Retriever subclass"):
+        register_retriever(object)
+
+
+def test_config_picks_the_method_and_mismatches_are_refused(built):
+    index, encoder, _ = built
+    assert Engine(index, encoder).method == "hyperprove"
+    assert Engine(index, encoder, config=DenseConfig()).method == "dense"
+    shared = Engine(index, encoder, config=EngineConfig(passage_width=4), retriever="ppr")
+    assert shared.method == "ppr" and shared.config.passage_width == 4 and isinstance(shared.config, PPRConfig)
+    with pytest.raises(TypeError, match="needs a PPRConfig"):
+        Engine(index, encoder, config=HyperProveConfig(), retriever="ppr")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(damping=1.0), "damping must be < 1"), (dict(seed_weighting="idf"), "seed_weighting must be one of"),
+    (dict(use_ner=False, link_question=False), "needs a seed source"), (dict(passage_width=0), "passage_width"),
+    (dict(chain_facts=0), "chain_facts"), (dict(tol=0.0), "tol must be >"),
+])
+def test_ppr_config_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PPRConfig(**kwargs)
+
+
+def _ppr_configs():
+    return [PPRConfig(link_threshold=0.5),
+            PPRConfig(link_threshold=0.5, seed_weighting="similarity", use_ner=False),
+            PPRConfig(link_threshold=0.5, seed_weighting="uniform", fact_seeds=4, passage_reset=0.05,
+                      fact_mass=0.5)]
+
+
+@pytest.mark.parametrize("cfg", _ppr_configs())
+def test_ppr_batched_equals_one_by_one(built, cfg):
+    index, encoder, questions = built
+    engine = Engine(index, encoder, config=cfg)
+    together = engine.answer(questions)
+    alone = [engine.answer([q])[0] for q in questions]
+    for a, b in zip(together, alone):
+        assert a.passages == b.passages and a.answer == b.answer and a.notes == b.notes
+        assert [f.text for f in a.chain[0].facts] == [f.text for f in b.chain[0].facts]
+        for fa, fb in zip(a.chain[0].facts, b.chain[0].facts):
+            assert fa.score == pytest.approx(fb.score, rel=1e-4, abs=1e-6)
+
+
+def _reference_personalization(index, encoder, question, cfg, tagger):
+    """One question's personalization in plain Python: brute-force cosine linking of each NER
+    mention and of the question to entity names, weights by cfg.seed_weighting, fact seeds and
+    passage reset as documented. Returns {node: mass}."""
+    ent = index.entity_emb.double()
+    v, h = index.num_entities, index.num_facts
+    entity_passages = {}
+    for f, e in index.graph.fact_entity.t().tolist():
+        entity_passages.setdefault(e, set()).add(int(index.fact_passage[f]))
+
+    def weight(e, sim):
+        sim = max(sim, 0.0)
+        if cfg.seed_weighting == "uniform":
+            return 1.0
+        if cfg.seed_weighting == "similarity":
+            return sim
+        return sim / max(len(entity_passages.get(e, ())), 1)
+
+    mass = {}
+
+    def add(node, w):
+        mass[node] = mass.get(node, 0.0) + w
+
+    def link(text_emb, k):
+        sims = (ent @ text_emb.double()).tolist()
+        for e in sorted(range(v), key=lambda i: -sims[i])[:k]:
+            if sims[e] >= cfg.link_threshold:
+                add(e, weight(e, sims[e]))
+
+    if cfg.use_ner:
+        for m in tagger.mentions([question])[0]:
+            link(encoder.encode([m])[0], cfg.links_per_mention)
+    q_emb = encoder.encode([question])[0]
+    if cfg.link_question:
+        link(q_emb, cfg.links_per_question)
+    if cfg.fact_seeds:
+        fsims = (index.fact_emb.double() @ q_emb.double()).tolist()
+        raw = index.fact_entity_raw.t().tolist()
+        for f in sorted(range(h), key=lambda i: -fsims[i])[: cfg.fact_seeds]:
+            for ff, e in raw:
+                if ff == f:
+                    add(e, weight(e, fsims[f]))
+    if cfg.passage_reset:
+        psims = (index.passage_emb.double() @ q_emb.double()).tolist()
+        for p in sorted(range(index.num_passages), key=lambda i: -psims[i])[:200]:
+            add(v + h + p, cfg.passage_reset * max(psims[p], 0.0))
+    return {n: w for n, w in mass.items() if w > 0}
+
+
+@pytest.mark.parametrize("cfg", _ppr_configs())
+def test_ppr_matches_per_question_networkx_reference(built, cfg):
+    index, encoder, questions = built
+    engine = Engine(index, encoder, config=cfg)
+    preds = engine.answer(questions)
+    tagger = MentionTagger()
+    v, h, p = index.num_entities, index.num_facts, index.num_passages
+    g = nx.Graph()
+    g.add_nodes_from(range(v + h + p))
+    g.add_edges_from((v + f, e) for f, e in index.graph.fact_entity.t().tolist())
+    g.add_edges_from((v + f, v + h + int(s)) for f, s in enumerate(index.fact_passage.tolist()))
+    checked = 0
+    for question, pred in zip(questions, preds):
+        seeds = _reference_personalization(index, encoder, question, cfg, tagger)
+        if not seeds:
+            assert pred.notes == ["ppr: no entity linked, dense passage ranking"]
+            continue
+        pr = nx.pagerank(g, alpha=cfg.damping, personalization=seeds, tol=1e-12, max_iter=1000)
+        score = {j: pr[v + h + j] + cfg.fact_mass * sum(pr[v + f] for f in range(h)
+                                                        if int(index.fact_passage[f]) == j) for j in range(p)}
+        ranked = sorted(score, key=lambda j: -score[j])
+        top = pred.passages[:5]
+        # same passages up to ties at the float32 tolerance: each chosen passage scores within
+        # 1e-5 of the reference's passage at that rank
+        for rank, j in enumerate(top):
+            assert score[j] == pytest.approx(score[ranked[rank]], abs=1e-5)
+        facts = pred.chain[0].facts
+        for fact in facts:
+            fid = index.facts.index(fact.text)
+            assert fact.score == pytest.approx(pr[v + fid], abs=1e-5)
+        checked += 1
+    assert checked >= len(questions) // 2
+
+
+def test_ppr_without_links_falls_back_to_dense_and_says_so(built):
+    index, encoder, _ = built
+    cfg = PPRConfig(use_ner=False, link_question=True, link_threshold=0.999)
+    pred = Engine(index, encoder, config=cfg).answer(["Qzx vbw pmk?"])[0]
+    dense = Engine(index, encoder, config=DenseConfig(passage_width=cfg.passage_width)).answer(["Qzx vbw pmk?"])[0]
+    assert pred.notes == ["ppr: no entity linked, dense passage ranking"]
+    assert pred.passages == dense.passages and pred.chain[0].facts == []
+
+
+def test_ppr_ranking_leads_with_reached_passages_then_dense_fill(built):
+    index, encoder, questions = built
+    engine = Engine(index, encoder, config=PPRConfig(link_threshold=0.5, passage_width=12))
+    retriever = engine.retriever
+    assert isinstance(retriever, PPRRetriever)
+    emb = engine.steps.encode(questions)
+    ids, mass = retriever.seeds(questions, emb)
+    assert ids.shape == mass.shape and bool((mass >= 0).all())
+    assert bool(((ids >= 0) == (mass > 0)).all())  # padding carries no mass
+    for pred in engine.answer(questions):
+        assert len(pred.passages) == len(set(pred.passages)) == 12
+        scores = [f.score for f in pred.chain[0].facts]
+        assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
