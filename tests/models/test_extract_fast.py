@@ -106,3 +106,36 @@ def test_bad_input(extractor):
         FastExtractor({})
     with pytest.raises(ImportError, match=r"spaCy model 'no_such_model_xyz' is not installed"):
         FastExtractor(ExtractorConfig(spacy_model="no_such_model_xyz")).nlp
+
+
+def test_sentence_entities_match_spacy_sent_ents(extractor):
+    # the one-pass grouping is the linear twin of spaCy's per-sentence sent.ents (quadratic)
+    from hpengine.models._extract_fast import sentence_entities
+
+    text = " ".join(p.text for p in load_corpus(builtin_corpus_path()).passages[:20])
+    doc = extractor.nlp(text)
+    got = [(s.start, s.end, names) for s, names in sentence_entities(doc, frozenset({"CARDINAL"}))]
+    want = [(s.start, s.end, [e.text for e in s.ents if e.label_ != "CARDINAL"]) for s in doc.sents]
+    assert got == want and any(names for *_, names in got)
+
+
+@pytest.mark.parametrize("limit", [1, 5, 17, 64])
+def test_split_text_pieces_rejoin_within_limit(limit):
+    from hpengine.models._extract_fast import split_text
+
+    text = "Alpha was born in Oslo. He moved.\nBeta! Gamma? Delta ends here. " * 7 + "tail-without-spaces" * 3
+    pieces = split_text(text, limit)
+    assert "".join(pieces) == text and all(0 < len(p) <= limit for p in pieces)
+
+
+def test_text_over_the_model_limit_is_split_not_refused(monkeypatch):
+    import hpengine.models._extract_fast as fast
+
+    ex = FastExtractor(ExtractorConfig())
+    text = "Ann Berg was born in Oslo. She directed Solo in Bergen. " * 40  # 2240 characters
+    whole = ex.extract([Passage("Ann Berg", text)])[0]
+    monkeypatch.setattr(fast, "PIECE_CHARS", 300)  # pieces cut at sentence ends: same sentences
+    pieces = ex.extract([Passage("Ann Berg", text), Passage("Solo", "Solo is a film.")])
+    assert [f.text for f in pieces[0]] == [f.text for f in whole] and len(whole) == 80
+    assert [f.entities for f in pieces[0]] == [f.entities for f in whole]
+    assert pieces[1][0].text == "Solo is a film."
