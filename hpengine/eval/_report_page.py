@@ -208,7 +208,8 @@ def render_page(data: ReportData, title: str = "hpengine evaluation report") -> 
     if any(data.funnels):
         parts.append('<h2 id="s-funnel">Per-hop funnel</h2><div class="sub">Share of the gold passages reached '
                      "by the dense seeds, the local subgraph, the selected facts, the linked articles and the "
-                     "chain so far (runs with <code>engine.diagnostics=true</code>).</div>"
+                     "chain so far (runs that record hop diagnostics: HyperProve with <code>engine.diagnostics=true</code>)."
+                     "</div>"
                      + _plot("funnel", funnel_svg(names, data.funnels)) + _funnel_tables(data))
     parts.append('<h2 id="s-questions">Questions</h2><div id="controls">'
                  '<input id="f-search" type="search" placeholder="search questions, answers, titles, ids">'
