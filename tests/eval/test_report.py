@@ -314,3 +314,14 @@ def test_method_specific_settings_warnings_and_record_notes(runs):
     page = build_report([dense, ppr])
     assert "ppr: 2 gold passages are not in the index" in page
     assert _data(page)["questions"][0]["runs"][1]["notes"] == ["ppr: no entity linked, dense passage ranking"]
+
+
+def test_llm_runs_show_their_model_and_tokens(runs):
+    _, (dense, hyper) = runs
+    llm = json.loads(json.dumps(hyper))
+    llm.update(llm=True, llm_tokens_in=12345, llm_tokens_out=678)
+    llm["config"]["model"]["llm"] = "/models/qwen2.5-1.5b-instruct"
+    cells = _cells(build_report([hyper, llm]))
+    assert cells[1, "method"] == "hyperprove + LLM (qwen2.5-1.5b-instruct)"
+    assert cells[1, "llm_tokens"] == "12,345 / 678"
+    assert "model.llm=/models/qwen2.5-1.5b-instruct" in cells[1, "settings"]
