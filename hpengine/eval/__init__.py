@@ -8,11 +8,12 @@ from hpengine.eval._metrics import (
     recall_at_k_batch,
 )
 from hpengine.eval._questions import Question, load_questions
-from hpengine.eval._report import build_report, write_report
+from hpengine.eval._report import build_report, default_report_path, write_report
 
 __all__ = [
     "Question",
     "build_report",
+    "default_report_path",
     "exact_match",
     "f1_score",
     "load_questions",

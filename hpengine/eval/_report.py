@@ -376,7 +376,7 @@ def _questions_path(result: dict, run_path: str) -> str | None:
         return None
     given = config["questions"]
     if not given:  # evaluate()'s default: the built-in demo questions
-        from hpengine.graph._corpus import builtin_questions_path
+        from hpengine.graph import builtin_questions_path
 
         return str(builtin_questions_path())
     candidates = [given] if os.path.isabs(given) else [given, os.path.join(os.path.dirname(run_path), given)]

@@ -36,7 +36,7 @@ def parse_report_args(argv: list) -> tuple:
 
 def run_report(argv: list) -> str:
     """Write the page for ``argv`` (see :data:`REPORT_USAGE`); returns its path."""
-    from hpengine.eval._report import write_report
+    from hpengine.eval import write_report
 
     runs, options = parse_report_args(argv)
     kwargs = {}

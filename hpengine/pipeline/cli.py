@@ -70,7 +70,7 @@ def _eval_task(cfg) -> None:
     print(summary_table(result))
     if ecfg.output:
         print(f"per-question records written to {ecfg.output}")
-        from hpengine.eval._report import default_report_path
+        from hpengine.eval import default_report_path
 
         print(f"report page: hpengine report {ecfg.output}  (writes {default_report_path(ecfg.output)})")
 
