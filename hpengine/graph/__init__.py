@@ -12,9 +12,10 @@ from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, syn
 __all__ += ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]
 
 from hpengine.graph._builder import add_passages, build_index
-from hpengine.graph._index import FORMAT_VERSION, Index, IndexFormatError
+from hpengine.graph._index import FORMAT_VERSION, Index, IndexFormatError, clean_stale, is_complete_index
 
-__all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "add_passages", "build_index"]
+__all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "add_passages", "build_index", "clean_stale",
+            "is_complete_index"]
 
 from hpengine.graph._lookups import IndexLookups
 

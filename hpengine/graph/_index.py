@@ -80,6 +80,7 @@ class Index:
     passage_emb: Tensor | None = None
     meta: dict = field(default_factory=dict)
     _graph: HyperGraph | None = field(default=None, repr=False)
+    _lookups: object = field(default=None, repr=False)
 
     # ----------------------------------------------------------------- views
     @property
@@ -105,6 +106,15 @@ class Index:
             expanded = expand_with_synonyms(self.fact_entity_raw, self.synonyms, self.num_facts, self.num_entities)
             self._graph = HyperGraph.from_incidence(expanded, self.fact_passage, self.num_entities, self.num_passages)
         return self._graph
+
+    @property
+    def lookups(self):
+        """Derived lookups (:class:`~hpengine.graph.IndexLookups`): built once, shared by every retriever."""
+        if self._lookups is None:
+            from hpengine.graph._lookups import IndexLookups
+
+            self._lookups = IndexLookups(self)
+        return self._lookups
 
     def to(self, device) -> "Index":
         """A copy with all tensors on ``device``."""
@@ -301,7 +311,7 @@ def _read_texts(path: Path) -> tuple[list, list, list]:
     return passages, texts["facts"], texts["entities"]
 
 
-def _is_complete(folder: Path) -> bool:
+def is_complete_index(folder: Path) -> bool:
     """All three files of an index are there (``index.json`` alone is not enough: a half-deleted
     backup may still hold it)."""
     return all((folder / name).is_file() for name in (_META, _TEXTS, _TENSORS))
@@ -359,11 +369,11 @@ def clean_stale(path: str | os.PathLike) -> list[Path]:
         else:
             live_writer = True
     if backup.is_dir() and not backup.is_symlink():
-        if not path.exists() and _is_complete(backup):
+        if not path.exists() and is_complete_index(backup):
             if not live_writer:  # a live save is between its renames: it puts DIR back itself
                 os.replace(backup, path)
                 done.append(backup)
-        elif _is_complete(path):
+        elif is_complete_index(path):
             shutil.rmtree(backup, ignore_errors=True)
             done.append(backup)
     return done

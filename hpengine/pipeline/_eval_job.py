@@ -4,27 +4,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from hpengine._profiling import peak_rss_mb
-from hpengine.config import EncoderConfig, EvalConfig, ExtractorConfig, GraphConfig, ModelConfig, RetrievalConfig
-from hpengine.pipeline._engine import Engine, EngineConfig
-
-
-@dataclass
-class EvalJobConfig:
-    """``hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json``."""
-
-    index: str = ""
-    questions: str = ""  # empty: the built-in demo questions
-    output: str = ""
-    device: str = "cpu"
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig, ModelConfig
+from hpengine.pipeline._engine import Engine
 
 
 def load_llm(cfg: ModelConfig):
@@ -34,8 +19,7 @@ def load_llm(cfg: ModelConfig):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hpengine.models._decomposer import Decomposer
-    from hpengine.models._reader import Reader
+    from hpengine.models import Decomposer, Reader
 
     if not os.path.exists(cfg.llm) and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise FileNotFoundError(f"model.llm={cfg.llm!r} is not a local folder and the hub is offline")
@@ -46,7 +30,7 @@ def load_llm(cfg: ModelConfig):
 
 
 def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
-    from hpengine.graph._index import Index
+    from hpengine.graph import Index
     from hpengine.pipeline._factory import make_encoder
 
     encoder = encoder or make_encoder(cfg.encoder)
@@ -57,13 +41,24 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
 
 
 def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True) -> dict:
-    """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them."""
+    """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them.
+
+    A question without gold passages has ``recall@k`` None (JSON null) and is left out of the
+    mean recall; gold passages that are not in the index count as not retrieved. Both are counted
+    (``questions_without_gold``, ``questions_with_gold_not_in_index``) and said in ``warnings``.
+
+    Raises:
+        UserError: no questions (after ``eval_cfg.max_questions``).
+    """
     from tqdm.auto import tqdm
 
+    from hpengine.errors import UserError
     from hpengine.eval import exact_match, f1_score, recall_at_k
 
     if eval_cfg.max_questions:
         questions = questions[: eval_cfg.max_questions]
+    if not questions:
+        raise UserError("no questions to evaluate (got 0)")
     start = time.perf_counter()
     preds = []
     bar = tqdm(total=len(questions), desc="questions", disable=not progress)
@@ -74,7 +69,9 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
     bar.close()
     wall = time.perf_counter() - start
     idx = engine.index
+    indexed = set((p.title, p.text) for p in idx.passages)
     records, totals = [], {"em": 0.0, "f1": 0.0, **{f"recall@{k}": 0.0 for k in eval_cfg.recall_ks}}
+    no_gold = gold_missing = missing_passages = 0
     for q, p in zip(questions, preds):
         retrieved = [(idx.passages[i].title, idx.passages[i].text) for i in p.passages]
         rec = {"id": q.id, "gold": q.answers, **p.to_dict(idx), "em": exact_match(p.answer, q.answers),
@@ -82,22 +79,41 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         # rank of each distinct gold passage (None: not retrieved): `hpengine report` draws Recall@k for any k
         gold = list(dict.fromkeys((t.strip(), x.strip()) for t, x in q.gold_passages))
         rec["gold_ranks"] = [retrieved.index(g) if g in retrieved else None for g in gold]
+        missing = sum(g not in indexed for g in gold)
+        gold_missing += missing > 0
+        missing_passages += missing
+        if not gold:  # recall is undefined: null in the output, not in the mean (never NaN)
+            no_gold += 1
         for k in eval_cfg.recall_ks:
             # the corpus loader strips whitespace; compare gold passages the same way
-            rec[f"recall@{k}"] = recall_at_k(retrieved, [(t.strip(), x.strip()) for t, x in q.gold_passages], k)
+            rec[f"recall@{k}"] = (recall_at_k(retrieved, [(t.strip(), x.strip()) for t, x in q.gold_passages], k)
+                                  if gold else None)
         for key in totals:
-            totals[key] += rec[key]
+            totals[key] += rec[key] or 0.0
         records.append(rec)
-    n = max(len(questions), 1)
+    n = len(questions)
+    with_gold = n - no_gold
+    means = {key: (round(v / with_gold, 4) if with_gold else None) if key.startswith("recall@") else round(v / n, 4)
+             for key, v in totals.items()}
+    warnings = []
+    if no_gold:
+        warnings.append(f"{no_gold} of {n} questions have no gold passages: their recall is null and left out "
+                        f"of the mean recall")
+    if gold_missing:
+        warnings.append(f"{gold_missing} of {n} questions have gold passages that are not in the index "
+                        f"({missing_passages} passages): they count as not retrieved")
     diag = hop_diagnostics(questions, preds, idx) if any(p.diagnostics for p in preds) else None
     tokens_in = sum(c.stats.get("tokens_in", 0) for c in (engine.decomposer, engine.reader) if c is not None)
     tokens_out = sum(c.stats.get("tokens_out", 0) for c in (engine.decomposer, engine.reader) if c is not None)
     fallback = engine.decomposer.stats["fallback"] if engine.decomposer is not None else 0
     return {
         "num_questions": len(questions),
-        "retriever": engine.config.retriever,
+        "retriever": engine.method,
         "llm": bool(engine.reader is not None),
-        **{key: round(v / n, 4) for key, v in totals.items()},
+        **means,
+        "questions_without_gold": no_gold,
+        "questions_with_gold_not_in_index": gold_missing,
+        "warnings": warnings,
         "seconds": {k: round(v, 3) for k, v in engine.timer.seconds.items()},
         "wall_seconds": round(wall, 3),
         "questions_per_second": round(len(questions) / wall, 3) if wall > 0 else None,
@@ -145,21 +161,84 @@ def summary_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run_eval(cfg: EvalJobConfig, progress: bool = True) -> dict:
-    from hpengine.eval import load_questions
-    from hpengine.graph._corpus import builtin_questions_path
+def check_output_file(path: str, key: str = "output") -> None:
+    """``path`` can receive a result file: not a folder, in a writable folder (created on write)."""
+    from hpengine.errors import OutputExistsError
+    from hpengine.pipeline._index_job import check_writable
 
+    if os.path.isdir(path):
+        raise OutputExistsError(f"{key}={path!r} is a folder; name a file such as {os.path.join(path, 'eval.json')!r}")
+    check_writable(path, key)
+
+
+def _finite_or_null(obj, found: list):
+    """``obj`` with non-finite floats as None (counted in ``found``): the output is strict JSON."""
+    if isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            found.append(obj)
+            return None
+        return obj
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v, found) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_null(v, found) for v in obj]
+    return obj
+
+
+def write_result(result: dict, path: str) -> None:
+    """Write ``result`` as strict JSON (no NaN/Infinity), atomically. Non-finite numbers become
+    null and are said in ``result["warnings"]``."""
+    found: list = []
+    clean = _finite_or_null(result, found)
+    if found:
+        clean.setdefault("warnings", []).append(f"{len(found)} non-finite numbers (NaN/inf) written as null")
+        result["warnings"] = clean["warnings"]
+    text = json.dumps(clean, indent=1, ensure_ascii=False, allow_nan=False)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def run_eval(cfg: EvalJobConfig, progress: bool = True) -> dict:
+    """Evaluate ``cfg.questions`` on the index ``cfg.index``; with ``cfg.output``, write the result.
+
+    Every input and output is checked before any model loads: questions file (required, at
+    least one question), index folder, output path (a file, not a folder), ``eval.recall_ks``
+    against ``engine.passage_width``.
+
+    Raises:
+        UserError: one of the checks above, or a bad question file or index.
+    """
+    from hpengine.errors import UserError
+    from hpengine.eval import load_questions
+    from hpengine.pipeline._index_job import check_index_dir
+
+    if not cfg.questions:
+        raise UserError("eval needs questions=PATH (a JSON list or JSONL question file); the built-in demo "
+                        "questions are for `hpengine demo` (got no questions=)")
+    check_index_dir(cfg.index, "index")
+    if cfg.output:
+        check_output_file(cfg.output)
+    width = getattr(cfg.engine, "passage_width", None)
+    if width is not None and max(cfg.eval.recall_ks) > width:
+        raise UserError(f"eval.recall_ks must be <= engine.passage_width={width}, the passages ranked per question "
+                        f"(got {list(cfg.eval.recall_ks)})")
+    questions = load_questions(cfg.questions)
+    if cfg.eval.max_questions:
+        questions = questions[: cfg.eval.max_questions]
+    if not questions:
+        raise UserError(f"questions={cfg.questions!r} has no questions (got 0 records)")
     engine = make_engine(cfg)
-    questions = load_questions(cfg.questions or str(builtin_questions_path()))
     result = evaluate(engine, questions, cfg.eval, progress)
     result["config"] = {"index": cfg.index, "questions": cfg.questions, "retrieval": asdict(cfg.retrieval),
                         "engine": asdict(cfg.engine), "model": asdict(cfg.model)}
     if cfg.output:
-        out = Path(cfg.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-        os.replace(tmp, out)
+        write_result(result, cfg.output)
     return result
 
 
@@ -172,42 +251,31 @@ def format_prediction(pred) -> str:
     return "\n".join(lines)
 
 
-@dataclass
-class DemoJobConfig:
-    """``hpengine demo``: index the built-in corpus, answer the built-in questions, print everything."""
+def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = False) -> tuple:
+    """Build the built-in index, answer the built-in questions; returns ``(build_report, result, preds)``.
 
-    out: str = ""  # empty: a temporary folder
-    device: str = "cpu"
-    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    graph: GraphConfig = field(default_factory=GraphConfig)
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-
-
-def run_demo(cfg: DemoJobConfig, progress: bool = False) -> tuple:
-    """Build the built-in index, answer the built-in questions; returns ``(build_report, result, preds)``."""
+    ``cfg.out`` (default: a new temporary folder) must not hold an index unless ``overwrite``."""
     import tempfile
 
     from hpengine.config import IndexConfig
     from hpengine.eval import load_questions
-    from hpengine.graph._corpus import builtin_questions_path
+    from hpengine.graph import builtin_corpus_path, builtin_questions_path
     from hpengine.pipeline._factory import make_encoder
-    from hpengine.pipeline._index_job import run_index
+    from hpengine.pipeline._index_job import check_output_dir, run_index
 
+    if cfg.out:
+        check_output_dir(cfg.out, overwrite=overwrite)
     out = cfg.out or os.path.join(tempfile.mkdtemp(prefix="hpengine_demo_"), "index")
-    icfg = IndexConfig(corpus="", out=out, device=cfg.device, extractor=cfg.extractor, encoder=cfg.encoder,
-                       graph=cfg.graph)
-    index, build_report = run_index(icfg, progress=progress)
+    icfg = IndexConfig(corpus=str(builtin_corpus_path()), out=out, device=cfg.device, extractor=cfg.extractor,
+                       encoder=cfg.encoder, graph=cfg.graph)
+    index, build_report = run_index(icfg, overwrite=overwrite, progress=progress)
     encoder = make_encoder(cfg.encoder)
     ecfg = EvalJobConfig(index=out, device=cfg.device, encoder=cfg.encoder, retrieval=cfg.retrieval,
                          engine=cfg.engine, model=cfg.model, eval=cfg.eval)
     engine = make_engine(ecfg, index=index, encoder=encoder)
     questions = load_questions(str(builtin_questions_path()))
     result = evaluate(engine, questions, cfg.eval, progress)
-    from hpengine.eval._report import write_report  # the demo's report page, beside its index
+    from hpengine.eval import write_report  # the demo's report page, beside its index
 
     result["report"] = write_report([result], f"{out}.report.html", questions=questions)
     return build_report, result, engine

@@ -3,24 +3,93 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from hpengine.config import IndexConfig
-from hpengine.graph._builder import add_passages, build_index
-from hpengine.graph._corpus import builtin_corpus_path, load_corpus
-from hpengine.graph._index import Index
+from hpengine.errors import InputNotFoundError, OutputExistsError, UserError
+from hpengine.graph import Index, add_passages, build_index, is_complete_index, load_corpus
 from hpengine.pipeline._factory import make_encoder, make_extractor
 
 
-def run_index(cfg: IndexConfig, *, progress: bool = True):
+def check_index_dir(path: str, key: str = "index") -> None:
+    """``path`` holds a saved index (or a complete backup a killed save left, which loading
+    restores); a :class:`~hpengine.errors.UserError` naming ``key=`` otherwise. Cheap: run it
+    before any model loads."""
+    if not path:
+        raise UserError(f"{key}= must name an index folder (got '')")
+    p = Path(path)
+    if not p.exists() and not is_complete_index(p.with_name(p.name + ".bak")):
+        raise InputNotFoundError(f"{key}={path!r}: no such index folder")
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{key}={path!r} is a file, not an index folder")
+
+
+def check_writable(path: str | os.PathLike, key: str) -> None:
+    """The nearest existing ancestor of ``path`` is a writable folder."""
+    parent = Path(os.path.abspath(path)).parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{key}={str(path)!r}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{key}={str(path)!r}: folder {parent} is not writable")
+
+
+def check_output_dir(out: str, *, overwrite: bool, key: str = "out") -> None:
+    """``out`` may receive a new index: a new or empty folder, or an existing index when
+    ``overwrite`` (the old one stays until the new one is complete: :meth:`Index.save`).
+
+    Raises:
+        UserError: ``out`` empty, a file, a folder with other content, an index without
+            ``overwrite``, or not writable (``OutputExistsError`` for the taken cases).
+    """
+    if not out:
+        raise UserError(f"{key}= must name the index folder to write (got '')")
+    p = Path(out)
+    backup = p.with_name(p.name + ".bak")
+    if p.exists() and not p.is_dir():
+        raise OutputExistsError(f"{key}={out!r} is a file, not an index folder; refusing to replace it")
+    is_index = (p / "index.json").exists() or (not p.exists() and is_complete_index(backup))
+    if p.is_dir() and not is_index and any(p.iterdir()):
+        raise OutputExistsError(f"{key}={out!r} is a folder that is not an hpengine index; refusing to replace it")
+    if is_index and not overwrite:
+        raise OutputExistsError(f"{key}={out!r} already holds an index; pass overwrite=true to replace it "
+                                f"(it is kept until the new one is complete), or use `hpengine add` to grow it")
+    check_writable(p, key)
+
+
+def _load_nonempty_corpus(cfg: IndexConfig, command: str):
+    if not cfg.corpus:
+        raise UserError(f"{command} needs corpus=PATH (a JSON list or JSONL of {{title, text}}, CSV, Parquet); "
+                        f"the built-in demo corpus is for `hpengine demo` (got no corpus=)")
+    loaded = load_corpus(cfg.corpus)
+    if not loaded.passages:
+        r = loaded.report
+        raise UserError(f"corpus={cfg.corpus!r} has no passages to index ({r['num_records']} records, "
+                        f"{r['empty_skipped']} with empty text, {r['duplicates_dropped']} duplicates)")
+    return loaded
+
+
+def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = True):
     """Build and save the index described by ``cfg``.
+
+    Args:
+        cfg: ``corpus`` is required; ``out`` is the folder written.
+        overwrite: replace an index already at ``cfg.out`` (default False: refuse).
+        progress: progress bars.
 
     Returns:
         ``(index, report)``; the report includes the corpus-loading counts and, per stage,
         seconds and peak memory.
+
+    Raises:
+        UserError: no corpus, a corpus without passages, or an ``out`` that must not be
+            replaced; all checked before extraction starts.
     """
-    corpus_path = cfg.corpus or str(builtin_corpus_path())
-    loaded = load_corpus(corpus_path)
+    check_output_dir(cfg.out, overwrite=overwrite)
+    corpus_path = cfg.corpus
+    loaded = _load_nonempty_corpus(cfg, "index")
     extractor = make_extractor(cfg.extractor, cfg.out)
     encoder = make_encoder(cfg.encoder)
     meta = {"build_config": dataclasses.asdict(cfg), "corpus": corpus_path}
@@ -33,10 +102,17 @@ def run_index(cfg: IndexConfig, *, progress: bool = True):
 
 
 def run_add(cfg: IndexConfig, *, progress: bool = True):
-    """Add the passages of ``cfg.corpus`` to the saved index at ``cfg.out`` (incremental)."""
+    """Add the passages of ``cfg.corpus`` to the saved index at ``cfg.out`` (incremental).
+
+    Raises:
+        UserError: no corpus, a corpus without passages, or no index at ``cfg.out``; checked
+            before any model loads.
+    """
+    check_index_dir(cfg.out, "out")
+    loaded = _load_nonempty_corpus(cfg, "add")
+    check_writable(cfg.out, "out")
     encoder = make_encoder(cfg.encoder)
     index = Index.load(cfg.out, device=cfg.device, expected_encoder=encoder.name)
-    loaded = load_corpus(cfg.corpus or str(builtin_corpus_path()))
     extractor = make_extractor(cfg.extractor, cfg.out)
     index, report = add_passages(index, loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
                                  progress=progress)

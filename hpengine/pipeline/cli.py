@@ -1,33 +1,52 @@
-"""``hpengine`` command line: ``hpengine <command> [hydra overrides]``.
+"""``hpengine`` command line: ``hpengine <command> [key=value ...]``.
 
 Commands map to primary configs in ``conf/``:
 
-    hpengine index corpus=PATH out=DIR [extractor=fast|llm] [device=cpu|cuda]
+    hpengine index corpus=PATH out=DIR [overwrite=true] [extractor=fast|llm] [device=cpu|cuda]
     hpengine add   corpus=PATH out=DIR          (incremental add to a saved index)
     hpengine demo                               (built-in corpus and questions)
-    hpengine ask INDEX "question"
-    hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json
+    hpengine ask INDEX "question" [key=value ...] [-- "question"]
+    hpengine eval index=DIR questions=PATH retriever=hyperprove|dense|ppr output=FILE.json
 
 This is the only module (with benchmarks/) that touches Hydra: it composes YAML on top of the
 typed schemas, converts to dataclasses and calls plain library functions.
+
+Errors: every key and value is checked before any work starts (unknown keys however written,
+``__post_init__`` checks of every config, devices); a :class:`~hpengine.errors.UserError` is
+printed as one line ``hpengine: error: ...`` with exit status 2 and no traceback, which
+``HPENGINE_DEBUG=1`` or ``debug=true`` shows. Other exceptions are internal errors and keep
+their traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
 from pathlib import Path
 
 _USAGE = """usage: hpengine <command> [key=value ...]
 
 commands:
-  index   build an index:   hpengine index corpus=PATH out=DIR [extractor=fast|llm] [device=cpu|cuda]
-          (no corpus=: the built-in demo corpus)
+  index   build an index:   hpengine index corpus=PATH out=DIR [overwrite=true] [extractor=fast|llm] [device=cpu|cuda]
+          (an existing index at out= is replaced only with overwrite=true, and only once the new one is complete)
   add     add passages:     hpengine add corpus=PATH out=DIR
   demo    built-in default: index the built-in corpus, answer its questions, print chains and scores
-  ask     one question:     hpengine ask INDEX "question" [model.llm=PATH]
-  eval    a question file:  hpengine eval index=DIR questions=PATH retriever=hyperprove|dense output=FILE.json
+  ask     one question:     hpengine ask INDEX "question" [key=value ...]
+          the first two arguments that are not overrides are INDEX and the question; an override is
+          KEY=VALUE whose KEY starts with a config key (model.llm=..., engine=dense, +eval.x=...);
+          everything after -- is positional: hpengine ask IDX -- "model=what?"
+  eval    a question file:  hpengine eval index=DIR questions=PATH retriever=hyperprove|dense|ppr output=FILE.json
   report  one HTML page:    hpengine report RUN.json [RUN2.json ...] [out=report.html]  (compares eval runs)
-Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps."""
+Every command takes debug=true (or HPENGINE_DEBUG=1) to show the traceback of an error.
+Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (not for ask)."""
+
+_DEBUG_ENV = "HPENGINE_DEBUG"
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+#: ``[+|++|~]key.path[@pkg]=value``: what Hydra reads as an override
+_OVERRIDE = re.compile(r"^(?:\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*)(?:[./][\w\-]+)*(?:@[\w.\-]+)?(?P<eq>=|$)")
+#: the options this module reads itself (not config keys), and the commands taking each
+_CLI_OPTIONS = {"debug": ("index", "add", "eval", "demo", "ask"), "overwrite": ("index", "demo")}
 
 
 def _conf_dir() -> str:
@@ -40,34 +59,231 @@ def _conf_dir() -> str:
     return str(Path(hpengine.conf.__file__).parent)
 
 
-def _to_dataclass(cfg):
+# ------------------------------------------------------------------ errors
+#: lines of Hydra/OmegaConf messages that say nothing about the problem (or mislead: ``+key`` does
+#: not add keys to a schema)
+_NOISE = ("full_key:", "object_type=", "reference_type=", "Config search path", "provider=",
+          "To append to your config use")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` (and of a Hydra/OmegaConf cause) on one line, without OmegaConf's
+    ``full_key`` / ``object_type`` trailer lines."""
+    parts = []
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        lines = [ln.strip() for ln in str(exc).splitlines()]
+        lines = [ln for ln in lines if ln and not ln.startswith(_NOISE) and not re.fullmatch(r"base_\w+", ln)]
+        text = "; ".join(lines).replace(":;", ":")
+        if text and not any(text in p for p in parts):
+            parts.append(text)
+        exc = exc.__cause__
+    return re.sub(r"\s+", " ", ": ".join(parts)).strip() or "error"
+
+
+def _fail(exc: BaseException, debug: bool) -> None:
+    if debug:
+        raise exc
+    print(f"hpengine: error: {_one_line(exc)}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _user_error(message: str):
+    from hpengine.errors import UserError
+
+    return UserError(message)
+
+
+def _debug_from_env() -> bool:
+    return os.environ.get(_DEBUG_ENV, "").strip().lower() in _TRUE
+
+
+# ------------------------------------------------------------- arguments
+def _split_cli_options(command: str, args: list) -> tuple[list, dict]:
+    """Take ``debug=`` and ``overwrite=`` (this module's own options) out of ``args``."""
+    options, rest = {}, []
+    for a in args:
+        key, eq, value = a.partition("=")
+        if eq and key in _CLI_OPTIONS:
+            if command not in _CLI_OPTIONS[key]:
+                raise _user_error(f"{key}= applies to {' and '.join(_CLI_OPTIONS[key])} only (got {a!r} for {command})")
+            v = value.strip().lower()
+            if v not in _TRUE | _FALSE:
+                raise _user_error(f"{key}= must be true or false (got {value!r})")
+            options[key] = v in _TRUE
+        else:
+            rest.append(a)
+    return rest, options
+
+
+def is_override(arg: str, top_keys) -> bool:
+    """Whether an ``ask`` argument is a config override: ``[+|++|~]KEY...=VALUE`` (or ``~KEY``)
+    whose first key component is one of ``top_keys`` (the ask config's keys, ``retriever`` and
+    this module's options). Anything else (a question with ``=`` in it, one starting with ``-``)
+    is positional."""
+    match = _OVERRIDE.match(arg)
+    if match is None or match.group("key") not in top_keys:
+        return False
+    return bool(match.group("eq")) or arg.startswith("~")
+
+
+def split_ask_args(args: list, top_keys) -> tuple[str, str, list]:
+    """``(index, question, overrides)`` of ``hpengine ask`` arguments (rule: see the usage text).
+
+    Raises:
+        UserError: not exactly two positional arguments.
+    """
+    positional, overrides = [], []
+    for i, a in enumerate(args):
+        if a == "--":
+            positional.extend(args[i + 1:])
+            break
+        (overrides if is_override(a, top_keys) else positional).append(a)
+    if len(positional) != 2:
+        got = "no arguments" if not positional else " ".join(repr(p) for p in positional)
+        raise _user_error('ask takes INDEX and one question: hpengine ask INDEX "question" [key=value ...]; '
+                          f'quote the question, and put it after -- if it looks like key=value (got {got})')
+    return positional[0], positional[1], overrides
+
+
+def _ask_keys() -> set:
+    from hydra.core.config_store import ConfigStore
+
+    node = ConfigStore.instance().load("base_eval_job.yaml").node
+    return set(node.keys()) | {"hydra", "retriever", *_CLI_OPTIONS}
+
+
+# ------------------------------------------------------------ validation
+def _check_keys(cfg, path: str = "") -> None:
+    """Every key of the composed config is a field of its schema (``+key=value`` adds keys that
+    Hydra accepts into a structured config's parent without complaint)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.get_type(cfg)
+    allowed = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in cfg.keys():
+        if path == "" and key == "hydra":
+            continue
+        full = f"{path}{key}"
+        if allowed is not None and key not in allowed:
+            raise _user_error(f"unknown config key {full!r}: {schema.__name__} has no field {key!r} "
+                              f"(valid: {', '.join(sorted(allowed))})")
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            _check_keys(child, full + ".")
+
+
+def _check_devices(obj, path: str = "") -> None:
+    """Every ``device`` field names a device this machine has."""
+    if not dataclasses.is_dataclass(obj):
+        return
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "device" and isinstance(value, str):
+            _check_device(path + f.name, value)
+        elif dataclasses.is_dataclass(value):
+            _check_devices(value, f"{path}{f.name}.")
+
+
+def _available_devices() -> list:
+    import torch
+
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def _check_device(key: str, value: str) -> None:
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise _user_error(f"{key}= must be a device such as cpu or cuda:0 "
+                          f"(got {value!r}; available here: {', '.join(_available_devices())})") from None
+    ok = device.type == "cpu"
+    if device.type == "cuda":
+        ok = torch.cuda.is_available() and (device.index is None or device.index < torch.cuda.device_count())
+    elif device.type == "mps":
+        ok = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if not ok:
+        raise _user_error(f"{key}={value!r} is not available on this machine "
+                          f"(available: {', '.join(_available_devices())})")
+
+
+def job_config(cfg):
+    """The job's dataclass from a composed config, every key and value checked.
+
+    Raises:
+        UserError: an unknown key, a value a schema's ``__post_init__`` refuses, a missing
+            mandatory value, or a device this machine does not have.
+    """
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    return OmegaConf.to_object(cfg)
+    from hpengine.errors import UserError
+
+    _check_keys(cfg)
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except UserError:
+        raise
+    except (ValueError, TypeError, OmegaConfBaseException) as exc:  # __post_init__ checks, missing values
+        raise UserError(_one_line(exc)) from exc
+    _check_devices(obj)
+    return obj
 
 
-def _index_task(cfg) -> None:
+def _compose(config_name: str, overrides: list):
+    """Compose ``conf/<config_name>.yaml`` with ``overrides``; every failure is a UserError."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from hpengine.errors import UserError
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=_conf_dir(), version_base=None, job_name="hpengine"):
+            return compose(config_name, overrides=overrides)
+    except Exception as exc:  # Hydra/OmegaConf raise many types for a bad override
+        raise UserError(_one_line(exc)) from exc
+    finally:
+        GlobalHydra.instance().clear()
+
+
+# ----------------------------------------------------------------- tasks
+def _print_warnings(result: dict) -> None:
+    for text in result.get("warnings", ()):
+        print(f"hpengine: warning: {text}", file=sys.stderr)
+
+
+def _index_task(cfg, options) -> None:
     from hpengine.pipeline._index_job import format_report, run_index
 
-    icfg = _to_dataclass(cfg)
-    _, report = run_index(icfg)
+    icfg = job_config(cfg)
+    _, report = run_index(icfg, overwrite=options.get("overwrite", False))
     print(format_report(report, icfg.out))
 
 
-def _add_task(cfg) -> None:
+def _add_task(cfg, options) -> None:
     from hpengine.pipeline._index_job import format_report, run_add
 
-    icfg = _to_dataclass(cfg)
+    icfg = job_config(cfg)
     _, report = run_add(icfg)
     print(format_report(report, icfg.out))
 
 
-def _eval_task(cfg) -> None:
+def _eval_task(cfg, options) -> None:
     from hpengine.pipeline._eval_job import run_eval, summary_table
 
-    ecfg = _to_dataclass(cfg)
+    ecfg = job_config(cfg)
     result = run_eval(ecfg)
     print(summary_table(result))
+    _print_warnings(result)
     if ecfg.output:
         print(f"per-question records written to {ecfg.output}")
         from hpengine.eval import default_report_path
@@ -75,33 +291,42 @@ def _eval_task(cfg) -> None:
         print(f"report page: hpengine report {ecfg.output}  (writes {default_report_path(ecfg.output)})")
 
 
-def _demo_task(cfg) -> None:
+def _demo_task(cfg, options) -> None:
     from hpengine.pipeline._eval_job import run_demo, summary_table
     from hpengine.pipeline._index_job import format_report
 
-    dcfg = _to_dataclass(cfg)
-    build_report, result, engine = run_demo(dcfg)
+    dcfg = job_config(cfg)
+    build_report, result, engine = run_demo(dcfg, overwrite=options.get("overwrite", False))
     print(format_report(build_report, engine.index.meta.get("build_report", {}).get("corpus", "built-in corpus")))
     print()
     for rec in result["records"]:
+        recalls = " ".join(f"{k}={'n/a' if v is None else format(v, '.2f')}" for k, v in rec.items()
+                           if k.startswith("recall@"))
         print(f"Q: {rec['question']}\nA: {rec['prediction']}   (gold: {rec['gold'][0]}; em={rec['em']:.0f} "
-              f"f1={rec['f1']:.2f} recall@2={rec['recall@2']:.2f} recall@5={rec['recall@5']:.2f})")
+              f"f1={rec['f1']:.2f} {recalls})")
         for t, hop in enumerate(rec["chain"], 1):
             print(f"  hop {t}: {hop['subquery']!r} -> {hop['answer']!r}")
             for f in hop["facts"][:3]:
                 print(f"     {f['score']:+.3f} [{f['title']}] {f['text']}")
     print()
     print(summary_table(result))
+    _print_warnings(result)
     if result.get("report"):
         print(f"report page written to {result['report']}")
 
 
 def _ask_task_for(index_dir: str, question: str):
-    def task(cfg) -> None:
+    def task(cfg, options) -> None:
         from hpengine.pipeline._eval_job import format_prediction, make_engine
+        from hpengine.pipeline._index_job import check_index_dir
 
-        ecfg = _to_dataclass(cfg)
+        if cfg.get("index"):
+            raise _user_error(f"ask takes the index as its first argument, not index= (got index={cfg.index!r})")
+        if not question.strip():
+            raise _user_error(f"the question is empty (got {question!r})")
+        ecfg = job_config(cfg)
         ecfg.index = index_dir
+        check_index_dir(index_dir, "INDEX")
         engine = make_engine(ecfg)
         print(format_prediction(engine.answer([question])[0]))
 
@@ -123,28 +348,51 @@ def main(argv: list[str] | None = None) -> None:
 
         return report_main(rest)
     if command not in _COMMANDS and command != "ask":
-        print(f"hpengine: unknown command {command!r}; choose one of {sorted(_COMMANDS)}\n\n{_USAGE}", file=sys.stderr)
+        print(f"hpengine: error: unknown command {command!r}; choose one of {sorted([*_COMMANDS, 'ask', 'report'])}"
+              f"\n\n{_USAGE}", file=sys.stderr)
         raise SystemExit(2)
+    before_dashes = rest[: rest.index("--")] if "--" in rest else rest
+    debug = _debug_from_env() or any(a.lower() in {f"debug={v}" for v in _TRUE} for a in before_dashes)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from hpengine.config._store import register_configs
+        from hpengine.pipeline import available_retrievers
+
+        register_configs({name: cls.config_class for name, cls in available_retrievers().items()})
+        if command == "ask":
+            index_dir, question, rest = split_ask_args(rest, _ask_keys())
+            config_name, task = "eval", _ask_task_for(index_dir, question)
+        else:
+            config_name, task = _COMMANDS[command]
+        rest, options = _split_cli_options(command, rest)
+        debug = debug or options.get("debug", False)
+        if config_name in ("eval", "demo"):  # documented shortcut: retriever=NAME for engine=NAME
+            rest = [("engine=" + a.split("=", 1)[1]) if a.startswith("retriever=") else a for a in rest]
+        hydra_flags = command != "ask" and any(a.startswith("-") for a in rest)
+        if not hydra_flags:  # compose and run here: every error is ours to report
+            cfg = _compose(config_name, rest)
+            return task(cfg, options)
+    except Exception as exc:
+        from hpengine.errors import UserError
+
+        if isinstance(exc, UserError):
+            _fail(exc, debug)
+        raise
+    # Hydra flags (--cfg job, -m sweeps, --info ...): Hydra parses the command line; each job
+    # still checks its keys and values before it starts
     import hydra
 
-    from hpengine.config._store import register_configs
+    def hydra_task(cfg) -> None:
+        from hpengine.errors import UserError
 
-    register_configs()
-    if command == "ask":
-        positional = [a for a in rest if "=" not in a and not a.startswith("-")]
-        if len(positional) != 2:
-            print('usage: hpengine ask INDEX "question" [key=value ...]', file=sys.stderr)
-            raise SystemExit(2)
-        rest = [a for a in rest if a not in positional]
-        config_name, task = "eval", _ask_task_for(*positional)
-    else:
-        config_name, task = _COMMANDS[command]
-    if config_name in ("eval", "demo"):  # documented shortcut: retriever=dense|hyperprove
-        rest = [("engine=" + a.split("=", 1)[1]) if a.startswith("retriever=") else a for a in rest]
+        try:
+            task(cfg, options)
+        except UserError as exc:
+            _fail(exc, debug)
+
     sys.argv = [f"hpengine {command}", *rest]
-    hydra.main(version_base=None, config_path=_conf_dir(), config_name=config_name)(task)()
+    hydra.main(version_base=None, config_path=_conf_dir(), config_name=config_name)(hydra_task)()
 
 
 if __name__ == "__main__":

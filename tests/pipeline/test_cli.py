@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from hpengine.graph import builtin_corpus_path
 from hpengine.graph._index import Index
 from hpengine.pipeline.cli import main
 
@@ -17,7 +18,7 @@ def test_help_and_unknown_command(capsys):
 
 def test_index_builtin_then_add(tmp_path, capsys):
     out = tmp_path / "idx"
-    main(["index", f"out={out}", "encoder.dtype=float32"])
+    main(["index", f"corpus={builtin_corpus_path()}", f"out={out}", "encoder.dtype=float32"])
     printed = capsys.readouterr().out
     assert "index written to" in printed and "facts" in printed and "peak RSS" in printed
     index = Index.load(out)
