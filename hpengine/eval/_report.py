@@ -328,7 +328,7 @@ def facet_breakdown(runs: list, facets_by_id: dict) -> dict:
 def _record_recall5(rec: dict) -> float | None:
     if "recall@5" in rec:
         return rec["recall@5"]
-    if isinstance(rec.get("gold_ranks"), list):
+    if rec.get("gold_ranks"):  # [] (no gold): undefined, like evaluate()'s null recall
         return recall_from_ranks(rec["gold_ranks"], 5)
     return None
 

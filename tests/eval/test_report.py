@@ -325,3 +325,15 @@ def test_llm_runs_show_their_model_and_tokens(runs):
     assert cells[1, "method"] == "hyperprove + LLM (qwen2.5-1.5b-instruct)"
     assert cells[1, "llm_tokens"] == "12,345 / 678"
     assert "model.llm=/models/qwen2.5-1.5b-instruct" in cells[1, "settings"]
+
+
+def test_questions_without_gold_are_left_out_of_recall(runs):
+    _, (dense, _) = runs
+    run = json.loads(json.dumps(dense))
+    for rec in run["records"][:2]:  # as evaluate() writes a question without gold passages
+        rec.update({"gold_ranks": [], "recall@2": None, "recall@5": None})
+        del rec["recall@5"]
+    page = build_report([run], questions=[])
+    data = _data(page)  # strict JSON: no NaN
+    assert data["questions"][0]["runs"][0]["recall5"] is None
+    assert "NaN" not in page
