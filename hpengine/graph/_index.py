@@ -45,6 +45,9 @@ _META, _TEXTS, _TENSORS = "index.json", "texts.json", "tensors.safetensors"
 #: a temporary folder written by the pre-pid format, older than this, is a leftover (seconds)
 _LEGACY_TMP_AGE = 3600
 _INT_TENSORS = ("fact_passage", "fact_entity_raw", "synonyms")
+#: test hook: ``HPENGINE_TEST_KILL_AT=<point>`` makes a save SIGKILL its own process at that point
+#: (``before-swap``, ``after-backup``, ``before-cleanup``) so the kill -9 tests hit each window
+_KILL_ENV = "HPENGINE_TEST_KILL_AT"
 _FLOAT_TENSORS = ("fact_emb", "entity_emb", "passage_emb")
 
 
@@ -158,6 +161,7 @@ class Index:
             meta.update(format_version=FORMAT_VERSION, num_facts=self.num_facts, num_entities=self.num_entities,
                         num_passages=self.num_passages, embedding_dim=int(self.fact_emb.shape[1]))
             _write_json(tmp / _META, meta)  # written last: its presence marks a complete folder
+            _kill_point("before-swap")
             _swap_in(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -387,7 +391,16 @@ def _swap_in(tmp: Path, path: Path) -> None:
         if backup.exists():  # DIR is there: the backup is a leftover, not the only copy
             shutil.rmtree(backup)
         os.replace(path, backup)
+        _kill_point("after-backup")
     elif backup.exists():  # clean_stale renamed a complete backup back, so this one is incomplete
         shutil.rmtree(backup)
     os.replace(tmp, path)
+    _kill_point("before-cleanup")
     shutil.rmtree(backup, ignore_errors=True)
+
+
+def _kill_point(name: str) -> None:
+    if os.environ.get(_KILL_ENV) == name:  # tests only (tests/pipeline/test_cli_errors.py)
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,359 @@
+"""Bad inputs at the command line, run as subprocesses: each gets a non-zero exit and one line
+``hpengine: error: ...`` naming the problem, no traceback, and an existing index is left
+byte-for-byte unchanged; kill -9 at each window of a save never loses the index.
+
+One small index is built once per module (real spaCy and MiniLM); cases that fail before any
+model loads take about a second each on 2 cores.
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from hpengine.graph import Index
+
+CORPUS = [
+    {"title": "Solo (film)", "text": "Solo is a 1999 film directed by Ann Berg. It was shot in Bergen."},
+    {"title": "Ann Berg", "text": "Ann Berg is a Norwegian director. She was born in Oslo."},
+    {"title": "Bergen", "text": "Bergen is a city on the west coast of Norway."},
+]
+MORE = [{"title": "Oslo", "text": "Oslo is the capital of Norway. It lies on the Oslofjord."}]
+QUESTIONS = [{"id": "q1", "question": "Where was the director of Solo born?", "answer": ["Oslo"],
+              "gold_passages": [CORPUS[1]]}]
+FAST = ["encoder.dtype=float32"]
+
+
+def cli(*args, cwd, env=None, timeout=240):
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    full_env.pop("HPENGINE_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "hpengine.pipeline.cli", *map(str, args)], cwd=cwd,
+                          env={**full_env, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+
+
+def checksum(folder) -> dict:
+    """sha256 of every file under ``folder`` and of the names beside it (leftovers show up)."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(root, name)
+            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    out["<siblings>"] = sorted(n for n in os.listdir(os.path.dirname(os.path.abspath(folder)))
+                               if n.startswith((os.path.basename(folder), "." + os.path.basename(folder))))
+    return out
+
+
+def write(path, content):
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif isinstance(content, str):
+        path.write_text(content, encoding="utf-8")
+    else:
+        path.write_text(json.dumps(content), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """``(folder, index)``: a built index kept pristine (cases work on copies) and input files."""
+    root = tmp_path_factory.mktemp("cli_errors")
+    files = {
+        "corpus.json": CORPUS, "more.jsonl": "\n".join(json.dumps(r) for r in MORE) + "\n",
+        "empty_list.json": [], "empty_file.json": "", "blank.jsonl": "\n  \n",
+        "only_empty_text.json": [{"title": "A", "text": "   "}],
+        "latin1.jsonl": json.dumps(CORPUS[0]).encode() + b"\n" + '{"title": "Caf\xe9", "text": "x"}'.encode("latin-1"),
+        "bad_record.json": [CORPUS[0], {"title": "B"}],
+        "questions.json": QUESTIONS, "no_questions.json": [],
+        "questions_latin1.jsonl": json.dumps(QUESTIONS[0]).encode() + b"\n" + b'{"question": "Caf\xe9?"}',
+        "blank_question.json": [{"question": "  ", "answer": ["x"]}],
+        "a_file.txt": "not a folder",
+    }
+    for name, content in files.items():
+        write(root / name, content)
+    (root / "a_folder").mkdir()
+    run = cli("index", f"corpus={root / 'corpus.json'}", f"out={root / 'pristine'}", *FAST, cwd=root)
+    assert run.returncode == 0, run.stderr
+    return root
+
+
+@pytest.fixture
+def work(built, tmp_path):
+    """A copy of the pristine index at ``tmp_path/idx`` plus the module's input files."""
+    for p in built.iterdir():
+        if p.is_file():
+            shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "a_folder").mkdir()
+    shutil.copytree(built / "pristine", tmp_path / "idx")
+    return tmp_path
+
+
+def assert_user_error(run, *needles):
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.startswith("hpengine: error:")]
+    assert len(lines) == 1, run.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+# (args, needles): {w} is the work folder; every case leaves {w}/idx byte-for-byte unchanged
+CASES = {
+    # data must never be lost or polluted
+    "add without corpus": (["add", "out={w}/idx"], ["corpus="]),
+    "index without corpus over an index": (["index", "out={w}/idx", "overwrite=true"], ["corpus="]),
+    "index over an index without overwrite": (["index", "corpus={w}/corpus.json", "out={w}/idx"],
+                                              ["already holds an index", "overwrite=true"]),
+    "empty corpus list": (["index", "corpus={w}/empty_list.json", "out={w}/idx", "overwrite=true"],
+                          ["no passages"]),
+    "empty corpus file": (["index", "corpus={w}/empty_file.json", "out={w}/idx", "overwrite=true"],
+                          ["empty_file.json", "invalid JSON"]),
+    "blank jsonl add": (["add", "corpus={w}/blank.jsonl", "out={w}/idx"], ["no passages"]),
+    "only empty texts": (["add", "corpus={w}/only_empty_text.json", "out={w}/idx"], ["no passages"]),
+    "non-utf8 corpus": (["add", "corpus={w}/latin1.jsonl", "out={w}/idx"], ["latin1.jsonl:2", "UTF-8"]),
+    "bad corpus record": (["add", "corpus={w}/bad_record.json", "out={w}/idx"], ["bad_record.json", "record 1"]),
+    "missing corpus": (["add", "corpus={w}/nope.json", "out={w}/idx"], ["not found", "nope.json"]),
+    "corpus is a folder": (["add", "corpus={w}/a_folder", "out={w}/idx"], ["folder"]),
+    "index out is a file": (["index", "corpus={w}/corpus.json", "out={w}/a_file.txt"], ["a_file.txt", "file"]),
+    "add to no index": (["add", "corpus={w}/corpus.json", "out={w}/nothing"], ["no such index"]),
+    "overwrite for add": (["add", "corpus={w}/corpus.json", "out={w}/idx", "overwrite=true"], ["overwrite="]),
+    # eval and ask inputs
+    "eval without questions": (["eval", "index={w}/idx"], ["questions="]),
+    "eval 0 questions": (["eval", "index={w}/idx", "questions={w}/no_questions.json"], ["no questions"]),
+    "eval non-utf8 questions": (["eval", "index={w}/idx", "questions={w}/questions_latin1.jsonl"],
+                                ["questions_latin1.jsonl:2", "UTF-8"]),
+    "eval blank question": (["eval", "index={w}/idx", "questions={w}/blank_question.json"], ["record 0", "question"]),
+    "eval output is a folder": (["eval", "index={w}/idx", "questions={w}/questions.json", "output={w}/a_folder"],
+                                ["output=", "folder"]),
+    "eval missing index": (["eval", "index={w}/nothing", "questions={w}/questions.json"], ["no such index"]),
+    "ask blank question": (["ask", "{w}/idx", "   "], ["question is empty"]),
+    "ask unquoted question": (["ask", "{w}/idx", "Who", "directed?"], ["ask takes INDEX"]),
+    "ask index= too": (["ask", "{w}/idx", "Who?", "index={w}/idx"], ["index="]),
+    # config values and keys
+    "max_questions -1": (["eval", "index={w}/idx", "questions={w}/questions.json", "eval.max_questions=-1"],
+                         ["eval.max_questions"]),
+    "batch_size 0": (["eval", "index={w}/idx", "questions={w}/questions.json", "eval.batch_size=0"],
+                     ["eval.batch_size"]),
+    "recall_ks [0]": (["eval", "index={w}/idx", "questions={w}/questions.json", "eval.recall_ks=[0]"],
+                      ["eval.recall_ks"]),
+    "recall_ks over passage_width": (["eval", "index={w}/idx", "questions={w}/questions.json",
+                                      "eval.recall_ks=[50]"], ["passage_width"]),
+    "passage_width 0": (["eval", "index={w}/idx", "questions={w}/questions.json", "engine.passage_width=0"],
+                        ["engine.passage_width"]),
+    "unknown +key": (["eval", "index={w}/idx", "questions={w}/questions.json", "+foo=1"], ["unknown config key 'foo'"]),
+    "unknown +nested key": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "+graph.foo=1"], ["graph.foo"]),
+    "unknown ++key": (["eval", "index={w}/idx", "questions={w}/questions.json", "++eval.foo=1"], ["eval.foo"]),
+    "misspelled key": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "graph.synonym_treshold=0.5"],
+                       ["synonym_treshold"]),
+    "wrong value type": (["eval", "index={w}/idx", "questions={w}/questions.json", "eval.batch_size=abc"],
+                         ["eval.batch_size", "abc"]),
+    "unknown engine": (["eval", "index={w}/idx", "questions={w}/questions.json", "retriever=nope"], ["nope"]),
+    "bad device": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "device=banana"], ["device=", "banana"]),
+    "bad debug value": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "debug=maybe"], ["debug="]),
+}
+if not torch.cuda.is_available():
+    CASES["cuda without cuda"] = (["add", "corpus={w}/more.jsonl", "out={w}/idx", "device=cuda"],
+                                  ["device='cuda'", "available: cpu"])
+
+
+@pytest.fixture(scope="module")
+def table_runs(built, tmp_path_factory):
+    """Every case of CASES in its own copy of the index, three subprocesses at a time (each
+    spends most of its second importing torch): ``{name: (folder, before, run, after)}``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = tmp_path_factory.mktemp("cases")
+
+    def one(item):
+        i, name = item
+        w = root / str(i)
+        w.mkdir()
+        for p in built.iterdir():
+            if p.is_file():
+                shutil.copy(p, w / p.name)
+        (w / "a_folder").mkdir()
+        shutil.copytree(built / "pristine", w / "idx")
+        before = checksum(w / "idx")
+        run = cli(*[a.format(w=w) for a in CASES[name][0]], cwd=w)
+        return name, (w, before, run, checksum(w / "idx"))
+
+    with ThreadPoolExecutor(3) as pool:
+        return dict(pool.map(one, enumerate(sorted(CASES))))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_is_one_line_error_and_index_unchanged(table_runs, name):
+    w, before, run, after = table_runs[name]
+    assert_user_error(run, *CASES[name][1])
+    assert after == before
+    assert not (w / "nothing").exists()
+
+
+def corrupt_index_json_list(idx):
+    write(idx / "index.json", [1, 2])
+
+
+def corrupt_texts_without_passages(idx):
+    texts = json.loads((idx / "texts.json").read_text())
+    del texts["passages"]
+    write(idx / "texts.json", texts)
+
+
+def corrupt_texts_invalid(idx):
+    write(idx / "texts.json", '{"passages": [')
+
+
+def corrupt_tensors_truncated(idx):
+    data = (idx / "tensors.safetensors").read_bytes()
+    write(idx / "tensors.safetensors", data[: len(data) // 2])
+
+
+def _edit_tensor(idx, name, fn):
+    tensors = load_file(str(idx / "tensors.safetensors"))
+    tensors[name] = fn(tensors[name])
+    save_file(tensors, str(idx / "tensors.safetensors"))
+
+
+def corrupt_fact_passage_range(idx):
+    _edit_tensor(idx, "fact_passage", lambda t: t + 100)
+
+
+def corrupt_entity_range(idx):
+    _edit_tensor(idx, "fact_entity_raw", lambda t: torch.stack([t[0], t[1] + 10_000]))
+
+
+def corrupt_nan_embedding(idx):
+    _edit_tensor(idx, "fact_emb", lambda t: t.index_fill(0, torch.tensor([0]), float("nan")))
+
+
+def corrupt_extra_fact_text(idx):
+    texts = json.loads((idx / "texts.json").read_text())
+    texts["facts"].append("an extra fact")
+    write(idx / "texts.json", texts)
+
+
+def corrupt_passage_not_object(idx):
+    texts = json.loads((idx / "texts.json").read_text())
+    texts["passages"][0] = "just a string"
+    write(idx / "texts.json", texts)
+
+
+CORRUPTIONS = {
+    corrupt_index_json_list: "index.json", corrupt_texts_without_passages: "texts.json",
+    corrupt_texts_invalid: "texts.json", corrupt_tensors_truncated: "tensors.safetensors",
+    corrupt_fact_passage_range: "fact_passage", corrupt_entity_range: "entities outside",
+    corrupt_nan_embedding: "non-finite", corrupt_extra_fact_text: "fact_passage",
+    corrupt_passage_not_object: r"passages\[0\]",
+}
+
+
+@pytest.mark.parametrize("corrupt", list(CORRUPTIONS), ids=lambda f: f.__name__)
+def test_corrupted_index_is_refused_naming_the_file(work, corrupt):
+    idx = work / "idx"
+    corrupt(idx)
+    from hpengine.graph import IndexFormatError
+
+    with pytest.raises(IndexFormatError, match=CORRUPTIONS[corrupt]) as exc:  # in process: fast
+        Index.load(idx)
+    assert str(idx) in str(exc.value)
+    if corrupt in (corrupt_index_json_list, corrupt_nan_embedding):  # and through the CLI
+        before = checksum(idx)
+        assert_user_error(cli("add", f"corpus={work / 'more.jsonl'}", f"out={idx}", *FAST, cwd=work),
+                          CORRUPTIONS[corrupt], str(idx))
+        assert checksum(idx) == before
+
+
+def test_debug_shows_the_traceback(work):
+    run = cli("add", f"out={work / 'idx'}", cwd=work, env={"HPENGINE_DEBUG": "1"})
+    assert run.returncode != 0 and "Traceback" in run.stderr and "UserError" in run.stderr
+    run = cli("add", f"out={work / 'idx'}", "debug=true", cwd=work)
+    assert run.returncode != 0 and "Traceback" in run.stderr
+
+
+def test_tiny_index_answers_a_question_with_equals_sign(work):
+    # one passage, two facts: seeds, subgraph and frontier larger than the graph shrink to it
+    one = write(work / "one.json", CORPUS[:1])
+    run = cli("index", f"corpus={one}", f"out={work / 'one'}", *FAST, cwd=work)
+    assert run.returncode == 0, run.stderr
+    run = cli("ask", work / "one", "Which film has E=mc2 in it?", *FAST, cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert "Q: Which film has E=mc2 in it?" in run.stdout and "hop 2" in run.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["IDX", "Which film has E=mc2 in it?"], ("IDX", "Which film has E=mc2 in it?", [])),
+    (["IDX", "-who?", "model.llm=/m", "retriever=dense"], ("IDX", "-who?", ["model.llm=/m", "retriever=dense"])),
+    (["+eval.x=1", "IDX", "--help"], ("IDX", "--help", ["+eval.x=1"])),
+    (["IDX", "E=mc2"], ("IDX", "E=mc2", [])),  # E is no config key
+    (["engine=dense", "IDX", "--", "engine=what?"], ("IDX", "engine=what?", ["engine=dense"])),
+    (["IDX", "--", "-m", ], ("IDX", "-m", [])),
+])
+def test_ask_argument_rule(args, expected):
+    from hpengine.pipeline.cli import split_ask_args
+
+    assert split_ask_args(args, {"model", "engine", "eval", "retriever", "index"}) == expected
+
+
+def test_eval_output_is_strict_json_with_gold_warnings(work):
+    questions = [*QUESTIONS, {"question": "Who is Ann Berg?", "answer": ["a director"]},
+                 {"question": "Where is Bergen?", "answer": ["Norway"],
+                  "gold_passages": [{"title": "Nowhere", "text": "not in the index"}]}]
+    write(work / "q3.json", questions)
+    out = work / "out" / "eval.json"
+    run = cli("eval", f"index={work / 'idx'}", f"questions={work / 'q3.json'}", f"output={out}", *FAST, cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert "1 of 3 questions have no gold passages" in run.stderr
+    assert "1 of 3 questions have gold passages that are not in the index" in run.stderr
+
+    def no_constants(token):
+        raise AssertionError(f"non-strict JSON constant {token}")
+
+    result = json.loads(out.read_text(), parse_constant=no_constants)
+    assert result["questions_without_gold"] == 1 and result["questions_with_gold_not_in_index"] == 1
+    assert result["records"][1]["recall@2"] is None and isinstance(result["recall@2"], float)
+
+
+def _siblings(folder):
+    return sorted(n for n in os.listdir(folder.parent) if n.startswith(("." + folder.name, folder.name)))
+
+
+@pytest.mark.parametrize("command, point", [("index", "before-swap"), ("index", "after-backup"),
+                                            ("add", "after-backup"), ("add", "before-cleanup")])
+def test_kill_9_during_save_keeps_a_complete_index(work, command, point):
+    idx = work / "idx"
+    old = Index.load(idx)
+    if command == "index":
+        args = ["index", f"corpus={work / 'more.jsonl'}", f"out={idx}", "overwrite=true"]
+    else:
+        args = ["add", f"corpus={work / 'more.jsonl'}", f"out={idx}"]
+    run = cli(*args, *FAST, cwd=work, env={"HPENGINE_TEST_KILL_AT": point})
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    leftovers = _siblings(idx)
+    assert len(leftovers) > 1, leftovers  # the kill left a temporary folder or a backup
+    loaded = Index.load(idx)  # cleans up what is provably stale
+    assert _siblings(idx) == ["idx"]
+    new_passages = {"index": 1, "add": old.num_passages + 1}[command]
+    expected = old.num_passages if point in ("before-swap", "after-backup") else new_passages
+    assert loaded.num_passages == expected
+    if command == "add" and point == "after-backup":  # the next run works over what the kill left
+        run = cli("add", f"corpus={work / 'more.jsonl'}", f"out={idx}", *FAST, cwd=work)
+        assert run.returncode == 0, run.stderr
+        assert Index.load(idx).num_passages == old.num_passages + 1
+
+
+def test_kill_9_mid_work_leaves_index_unchanged(work):
+    idx = work / "idx"
+    before = checksum(idx)
+    proc = subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", "add", f"corpus={work / 'more.jsonl'}",
+                             f"out={idx}", *FAST], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    time.sleep(2.5)  # loading models / extracting: before the save
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert checksum(idx) == before
