@@ -125,7 +125,9 @@ class PPRConfig(EngineConfig):
     links_per_question: int = 3  # entity names linked to the whole question
     seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
     fact_seeds: int = 0  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
-    passage_reset: float = 0.0  # HippoRAG 2 direction: restart mass on passages = this * dense cosine (0: off)
+    # HippoRAG 2 direction: the share of the restart mass put on passages, spread over the top
+    # dense passages by their min-max normalised cosine (0: entities only; 1: passages only)
+    passage_reset: float = 0.0
     fact_mass: float = 0.0  # passage score = its PPR mass + this * the mass of its facts
     chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass
     memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration
@@ -142,10 +144,10 @@ class PPRConfig(EngineConfig):
         _check_range("engine.links_per_question", self.links_per_question, 0)
         _check_choice("engine.seed_weighting", self.seed_weighting, {"uniform", "similarity", "specificity"})
         _check_range("engine.fact_seeds", self.fact_seeds, 0)
-        _check_range("engine.passage_reset", self.passage_reset, 0.0)
+        _check_range("engine.passage_reset", self.passage_reset, 0.0, 1.0)
         _check_range("engine.fact_mass", self.fact_mass, 0.0)
         _check_range("engine.chain_facts", self.chain_facts, 1)
         _check_range("engine.memory_budget_mb", self.memory_budget_mb, 1)
-        if not (self.use_ner or self.link_question or self.fact_seeds):
-            raise ValueError("engine: ppr needs a seed source: use_ner, link_question or fact_seeds "
-                             "(got all off)")
+        if not (self.use_ner or self.link_question or self.fact_seeds or self.passage_reset):
+            raise ValueError("engine: ppr needs a seed source: use_ner, link_question, fact_seeds or "
+                             "passage_reset (got all off)")

@@ -91,8 +91,9 @@ def test_ppr_config_validation(kwargs, match):
 def _ppr_configs():
     return [PPRConfig(link_threshold=0.5),
             PPRConfig(link_threshold=0.5, seed_weighting="similarity", use_ner=False),
-            PPRConfig(link_threshold=0.5, seed_weighting="uniform", fact_seeds=4, passage_reset=0.05,
-                      fact_mass=0.5)]
+            PPRConfig(link_threshold=0.5, seed_weighting="uniform", fact_seeds=4, passage_reset=0.3,
+                      fact_mass=0.5),
+            PPRConfig(use_ner=False, link_threshold=0.999, passage_reset=0.2)]
 
 
 @pytest.mark.parametrize("cfg", _ppr_configs())
@@ -150,11 +151,19 @@ def _reference_personalization(index, encoder, question, cfg, tagger):
             for ff, e in raw:
                 if ff == f:
                     add(e, weight(e, fsims[f]))
+    seeds = {n: w for n, w in mass.items() if w > 0}
+    passages = {}
     if cfg.passage_reset:
         psims = (index.passage_emb.double() @ q_emb.double()).tolist()
-        for p in sorted(range(index.num_passages), key=lambda i: -psims[i])[:200]:
-            add(v + h + p, cfg.passage_reset * max(psims[p], 0.0))
-    return {n: w for n, w in mass.items() if w > 0}
+        top = sorted(range(index.num_passages), key=lambda i: -psims[i])[:200]
+        low, high = min(psims[i] for i in top), max(psims[i] for i in top)
+        passages = {v + h + i: (psims[i] - low) / (high - low) for i in top if psims[i] > low}
+    if not seeds or not passages:
+        return seeds or passages
+    total_e, total_p = sum(seeds.values()), sum(passages.values())
+    out = {n: (1 - cfg.passage_reset) * w / total_e for n, w in seeds.items()}
+    out.update({n: cfg.passage_reset * w / total_p for n, w in passages.items()})
+    return out
 
 
 @pytest.mark.parametrize("cfg", _ppr_configs())
@@ -209,6 +218,8 @@ def test_ppr_ranking_leads_with_reached_passages_then_dense_fill(built):
     ids, mass = retriever.seeds(questions, emb)
     assert ids.shape == mass.shape and bool((mass >= 0).all())
     assert bool(((ids >= 0) == (mass > 0)).all())  # padding carries no mass
+    sums = mass.sum(dim=1)
+    assert torch.allclose(sums[sums > 0], torch.ones_like(sums[sums > 0]))
     for pred in engine.answer(questions):
         assert len(pred.passages) == len(set(pred.passages)) == 12
         scores = [f.score for f in pred.chain[0].facts]

@@ -17,8 +17,8 @@ from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 from hpengine.sparse import gather_csr_rows
 
 NO_SEED_NOTE = "ppr: no entity linked, dense passage ranking"
-# passages whose dense cosine seeds restart mass when passage_reset > 0 (HippoRAG 2 gives every
-# passage some; beyond the top few hundred the weights are negligible after normalisation)
+# passages whose dense cosine spreads the passage share of the restart mass (passage_reset > 0);
+# min-max normalised over these, so the last of them gets none
 RESET_PASSAGES = 200
 
 
@@ -81,10 +81,15 @@ class PPRRetriever(Retriever):
     def seeds(self, questions: list, question_emb: Tensor) -> tuple[Tensor, Tensor]:
         """The personalization of each question as sparse node mass.
 
+        Entity seeds (linked mentions and question, fact seeds) share ``1 - passage_reset`` of
+        the mass in proportion to their weights, passages ``passage_reset`` in proportion to
+        their min-max normalised dense cosine; a question with no entity seed gives all its mass
+        to passages (when there are any).
+
         Returns:
             ``(ids, mass)``: int64 ``[Q, R]`` star-graph node ids (entities ``[0, V)``, passages
-            ``[V + H, N)``), ``-1`` padded, and float32 ``[Q, R]`` non-negative mass (unnormalised;
-            an all-zero row means nothing was linked).
+            ``[V + H, N)``), ``-1`` padded, and float32 ``[Q, R]`` non-negative mass, each row
+            summing to 1, or all zero when nothing was linked.
         """
         s, cfg, idx = self.steps, self.config, self.steps.index
         q = len(questions)
@@ -101,10 +106,12 @@ class PPRRetriever(Retriever):
             weights.append(self._seed_weight(ent, score))
         if cfg.passage_reset > 0 and idx.passage_emb is not None and idx.num_passages:
             cos, pid = s.dense_passages_scored(question_emb, RESET_PASSAGES)
+            low, high = cos.min(dim=1, keepdim=True).values, cos.max(dim=1, keepdim=True).values
+            scaled = torch.where(high > low, (cos - low) / (high - low), torch.ones_like(cos))
             keep = pid >= 0
             rows.append(torch.arange(q, device=pid.device).unsqueeze(1).expand_as(pid)[keep])
             nodes.append(pid[keep] + idx.num_entities + idx.num_facts)
-            weights.append(cfg.passage_reset * cos[keep].clamp_min(0).float())
+            weights.append(scaled[keep].float())
         device = question_emb.device
         row = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64, device=device)
         node = torch.cat(nodes) if nodes else torch.zeros(0, dtype=torch.int64, device=device)
@@ -113,8 +120,22 @@ class PPRRetriever(Retriever):
         num_nodes = idx.num_entities + idx.num_facts + idx.num_passages
         key, inverse = torch.unique(row * num_nodes + node, return_inverse=True)
         mass = torch.zeros(key.numel(), device=device).index_add_(0, inverse, weight.float())
-        ids, mass = pad_rows(key // num_nodes, [key % num_nodes, mass], q, [-1, 0.0])
-        return ids, mass
+        row, node = key // num_nodes, key % num_nodes
+        mass = self._mix(row, node >= idx.num_entities, mass, q)
+        keep = mass > 0
+        return tuple(pad_rows(row[keep], [node[keep], mass[keep]], q, [-1, 0.0]))
+
+    def _mix(self, row: Tensor, is_passage: Tensor, mass: Tensor, num_rows: int) -> Tensor:
+        """Normalise each question's entity and passage seeds to ``1 - passage_reset`` and
+        ``passage_reset`` of its mass (all to whichever part it has when it lacks the other)."""
+        share = self.config.passage_reset
+        totals = torch.zeros(num_rows, 2, device=mass.device).index_put_((row, is_passage.long()), mass, accumulate=True)
+        has = totals > 0
+        part = torch.stack([torch.full((num_rows,), 1.0 - share, device=mass.device),
+                            torch.full((num_rows,), share, device=mass.device)], dim=1)
+        part = torch.where(has.all(dim=1, keepdim=True), part, has.float())  # one part only: it takes all
+        scale = torch.where(has, part / totals.clamp_min(1e-30), torch.zeros_like(totals))
+        return mass * scale[row, is_passage.long()]
 
     def _entity_links(self, questions: list, question_emb: Tensor):
         """Dense links of the question's NER mentions and of the whole question to entity names:
