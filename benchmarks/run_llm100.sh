@@ -1,8 +1,10 @@
 #!/bin/bash
-# LLM-mode runs (decomposer + reader), N questions per dataset, dense and HyperProve, one JSON
-# and one log per dataset/retriever so that a killed run resumes where it stopped.
+# LLM-mode runs (decomposer + reader), N questions per dataset, one JSON and one log per
+# dataset/retriever so that a killed run resumes where it stopped. RETRIEVERS picks the methods
+# (default: hyperprove dense).
 #
 #   bash benchmarks/run_llm100.sh DATA_ROOT INDEX_ROOT LLM_DIR OUT_DIR [N=100] [extra bench_qa.py args]
+#   RETRIEVERS=ppr bash benchmarks/run_llm100.sh ...
 #
 # e.g. bash benchmarks/run_llm100.sh ../shared/data IDX ~/.cache/hpengine/models/qwen2.5-coder-1.5b llm100
 set -u
@@ -11,7 +13,7 @@ shift $(( $# < 5 ? $# : 5 ))
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 for d in 2wikimultihopqa musique hotpotqa; do
-  for r in hyperprove dense; do
+  for r in ${RETRIEVERS:-hyperprove dense}; do
     [ -f "$out/${d}_${r}.json" ] && continue
     HF_HUB_OFFLINE=1 python "$here/bench_qa.py" --data-root "$data" --index-root "$idx" --datasets "$d" \
       --retrievers "$r" --llm "$llm" --max-questions "$n" --batch-size 16 --out "$out/${d}_${r}.json" "$@" \
