@@ -115,6 +115,7 @@ class PPRConfig(EngineConfig):
     damping: float = 0.85  # probability of following an edge; 1 - damping restarts at the seeds
     tol: float = 1e-6  # per-question L1 change of the PPR vector that stops the power iteration
     max_iter: int = 100
+    solver: str = "chebyshev"  # chebyshev | power (retrieval.personalized_pagerank's method; same fixed point)
     # seeds: the question's NER mentions (spaCy) and the whole question, each linked densely to entity
     # names; a link counts when cos(text, entity name) >= link_threshold
     use_ner: bool = True
@@ -139,6 +140,7 @@ class PPRConfig(EngineConfig):
             raise ValueError(f"engine.damping must be < 1 (got {self.damping})")
         _check_range("engine.tol", self.tol, 0.0, lo_open=True)
         _check_range("engine.max_iter", self.max_iter, 1)
+        _check_choice("engine.solver", self.solver, {"chebyshev", "power"})
         _check_range("engine.link_threshold", self.link_threshold, -1.0, 1.0)
         _check_range("engine.links_per_mention", self.links_per_mention, 0)
         _check_range("engine.links_per_question", self.links_per_question, 0)

@@ -128,6 +128,8 @@ def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: 
     Returns the number of iterations run.
     """
     d, d2 = damping, damping * damping
+    if d2 == 0.0:  # no walk: the first iterate is exact, and Chebyshev's interval is empty
+        method = "power"
     rhs_a, rhs_f = rhs[:num_columns], rhs[num_columns:]
     # b = (1 - d) (rhs_a + d up rhs_f); the iterate starts at b
     x = torch.addmm(rhs_a, up, rhs_f, beta=1.0 - d, alpha=d * (1.0 - d))
@@ -333,7 +335,7 @@ def _check_rows(mass_sum: Tensor, bad: Tensor, name: str) -> None:
 
 
 def personalized_pagerank(graph, personalization, *, damping: float = 0.85, tol: float = 1e-6,
-                          max_iter: int = 100, nodes: slice | Tensor | None = None, method: str = "power",
+                          max_iter: int = 100, nodes: slice | Tensor | None = None, method: str = "chebyshev",
                           chunk_size: int = 0, memory_budget_mb: int = 1024) -> Tensor:
     """Personalised PageRank of every question at once on the entity-fact-passage star graph.
 
@@ -371,8 +373,10 @@ def personalized_pagerank(graph, personalization, *, damping: float = 0.85, tol:
             ``slice(V + H, N)`` (passages) or ``slice(V, N)`` (facts and passages), so only
             ``[Q, n]`` is ever held, never ``[Q, N]``. Values are the full solution's entries
             (rows of the result then sum to at most 1).
-        method: ``"power"`` (power iteration, the default) or ``"chebyshev"`` (Chebyshev
-            acceleration on the same reduced system, same fixed point; ~3x fewer iterations).
+        method: ``"chebyshev"`` (the default: power iteration with Chebyshev acceleration; bench_ppr,
+            H = 100k, Q = 1024, one thread: 16x per-question igraph against 5.5x for plain power
+            iteration, at a smaller L1 error; ~3x fewer iterations) or ``"power"`` (plain power
+            iteration). Both solve the same reduced system and reach the same fixed point.
         chunk_size: questions per chunk, 0 = derive from ``memory_budget_mb``
             (:func:`ppr_chunk_size`).
         memory_budget_mb: working memory of one chunk (1024).

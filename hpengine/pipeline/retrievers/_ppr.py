@@ -183,6 +183,7 @@ class PPRRetriever(Retriever):
         cfg, idx = self.config, self.steps.index
         v, h = idx.num_entities, idx.num_facts
         out = personalized_pagerank(idx.graph, (ids, mass), damping=cfg.damping, tol=cfg.tol, max_iter=cfg.max_iter,
+                                    method=cfg.solver,
                                     nodes=slice(v, v + h + idx.num_passages), memory_budget_mb=cfg.memory_budget_mb)
         return out[:, :h], out[:, h:]
 
