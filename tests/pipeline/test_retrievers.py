@@ -80,7 +80,7 @@ def test_config_picks_the_method_and_mismatches_are_refused(built):
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(damping=1.0), "damping must be < 1"), (dict(seed_weighting="idf"), "seed_weighting must be one of"),
-    (dict(use_ner=False, link_question=False), "needs a seed source"), (dict(passage_width=0), "passage_width"),
+    (dict(use_ner=False, link_question=False, fact_seeds=0, passage_reset=0.0), "needs a seed source"), (dict(passage_width=0), "passage_width"),
     (dict(chain_facts=0), "chain_facts"), (dict(tol=0.0), "tol must be >"),
 ])
 def test_ppr_config_validation(kwargs, match):
@@ -89,8 +89,9 @@ def test_ppr_config_validation(kwargs, match):
 
 
 def _ppr_configs():
-    return [PPRConfig(link_threshold=0.5),
-            PPRConfig(link_threshold=0.5, seed_weighting="similarity", use_ner=False),
+    return [PPRConfig(),
+            PPRConfig(link_threshold=0.5, fact_seeds=0, passage_reset=0.0, fact_mass=0.0, damping=0.85),
+            PPRConfig(link_threshold=0.5, seed_weighting="similarity", use_ner=False, fact_seeds=0),
             PPRConfig(link_threshold=0.5, seed_weighting="uniform", fact_seeds=4, passage_reset=0.3,
                       fact_mass=0.5),
             PPRConfig(use_ner=False, link_threshold=0.999, passage_reset=0.2)]
@@ -202,7 +203,7 @@ def test_ppr_matches_per_question_networkx_reference(built, cfg):
 
 def test_ppr_without_links_falls_back_to_dense_and_says_so(built):
     index, encoder, _ = built
-    cfg = PPRConfig(use_ner=False, link_question=True, link_threshold=0.999)
+    cfg = PPRConfig(use_ner=False, link_question=True, link_threshold=0.999, fact_seeds=0, passage_reset=0.0)
     pred = Engine(index, encoder, config=cfg).answer(["Qzx vbw pmk?"])[0]
     dense = Engine(index, encoder, config=DenseConfig(passage_width=cfg.passage_width)).answer(["Qzx vbw pmk?"])[0]
     assert pred.notes == ["ppr: no entity linked, dense passage ranking"]
