@@ -15,6 +15,7 @@ FORBIDDEN = {
     "retrieval": {"models", "pipeline", "eval"},
     "sparse": {"graph", "retrieval", "models", "pipeline", "eval"},
     "eval": {"pipeline", "models", "retrieval"},
+    "nn": {"models", "pipeline", "eval"},  # modules over tensors: no text models, no engine
 }
 
 
