@@ -10,6 +10,7 @@ from hpengine.config._schemas import (
 )
 from hpengine.config._engine import DenseConfig, EngineConfig, HyperProveConfig, PPRConfig
 from hpengine.config._jobs import DemoJobConfig, EvalJobConfig
+from hpengine.config._store import register_configs
 
 __all__ = [
     "DemoJobConfig",
@@ -25,4 +26,5 @@ __all__ = [
     "ModelConfig",
     "PPRConfig",
     "RetrievalConfig",
+    "register_configs",
 ]

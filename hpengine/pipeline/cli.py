@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        from hpengine.config._store import register_configs
+        from hpengine.config import register_configs
         from hpengine.pipeline import available_retrievers
 
         register_configs({name: cls.config_class for name, cls in available_retrievers().items()})
