@@ -3,26 +3,14 @@ import json
 
 import pytest
 
-from hpengine.config import ExtractorConfig, GraphConfig, RetrievalConfig
-from hpengine.eval import load_questions
-from hpengine.graph._builder import build_index
-from hpengine.graph._corpus import builtin_corpus_path, builtin_questions_path, load_corpus
-from hpengine.models import FastExtractor
-from hpengine.config import DenseConfig, HyperProveConfig
-from hpengine.pipeline import Engine
-from hpengine.pipeline._eval_job import evaluate
-from hpengine.config import EvalConfig
+from hpengine.config import DenseConfig, EvalConfig, HyperProveConfig, RetrievalConfig
+from hpengine.pipeline import Engine, evaluate
 from hpengine.testing._fakes import HashingEncoder
 
 
 @pytest.fixture(scope="module")
-def built():
-    passages = load_corpus(str(builtin_corpus_path())).passages
-    encoder = HashingEncoder(dim=256)
-    index, _ = build_index(passages, extractor=FastExtractor(ExtractorConfig()), encoder=encoder,
-                           graph_cfg=GraphConfig(synonym_threshold=0.9))
-    questions = load_questions(str(builtin_questions_path()))
-    return index, encoder, questions
+def built(builtin_index):
+    return builtin_index
 
 
 def small_cfg(**kw):

@@ -6,23 +6,16 @@ import networkx as nx
 import pytest
 import torch
 
-from hpengine.config import DenseConfig, EngineConfig, ExtractorConfig, GraphConfig, HyperProveConfig, PPRConfig
-from hpengine.eval import load_questions
-from hpengine.graph import build_index, builtin_corpus_path, builtin_questions_path, load_corpus
-from hpengine.models import FastExtractor, MentionTagger
+from hpengine.config import DenseConfig, EngineConfig, HyperProveConfig, PPRConfig
+from hpengine.models import MentionTagger
 from hpengine.pipeline import Engine, Prediction, Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers import PPRRetriever
-from hpengine.testing._fakes import HashingEncoder
 
 
 @pytest.fixture(scope="module")
-def built():
-    passages = load_corpus(str(builtin_corpus_path())).passages
-    encoder = HashingEncoder(dim=256)
-    index, _ = build_index(passages, extractor=FastExtractor(ExtractorConfig()), encoder=encoder,
-                           graph_cfg=GraphConfig(synonym_threshold=0.9))
-    questions = [q.question for q in load_questions(str(builtin_questions_path()))]
-    return index, encoder, questions
+def built(builtin_index):
+    index, encoder, questions = builtin_index
+    return index, encoder, [q.question for q in questions]
 
 
 def test_registry_has_the_methods_and_names_the_choices():
