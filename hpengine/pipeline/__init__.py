@@ -1,6 +1,13 @@
 """Orchestration: the QA engine and its retrieval methods, the text rules of the reading steps,
 index and eval jobs, command line."""
 from hpengine.pipeline._engine import Engine
+from hpengine.pipeline._distributed import (
+    answer_distributed,
+    evaluate_distributed,
+    run_eval_distributed,
+    run_index_distributed,
+    shard_questions,
+)
 from hpengine.pipeline._eval_job import evaluate, load_llm, make_engine, run_eval
 from hpengine.pipeline._factory import make_encoder, make_extractor
 from hpengine.pipeline._index_job import format_report, run_add, run_index
@@ -16,9 +23,11 @@ __all__ = [
     "Prediction",
     "QASteps",
     "Retriever",
+    "answer_distributed",
     "available_retrievers",
     "choice_options",
     "evaluate",
+    "evaluate_distributed",
     "format_report",
     "get_retriever",
     "is_comparison",
@@ -33,5 +42,8 @@ __all__ = [
     "rewrite",
     "run_add",
     "run_eval",
+    "run_eval_distributed",
     "run_index",
+    "run_index_distributed",
+    "shard_questions",
 ]

@@ -204,7 +204,7 @@ def write_result(result: dict, path: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def run_eval(cfg: EvalJobConfig, progress: bool = True) -> dict:
+def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> dict | None:
     """Evaluate ``cfg.questions`` on the index ``cfg.index``; with ``cfg.output``, write the result.
 
     Every input and output is checked before any model loads: questions file (required, at
@@ -234,7 +234,10 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True) -> dict:
     if not questions:
         raise UserError(f"questions={cfg.questions!r} has no questions (got 0 records)")
     engine = make_engine(cfg)
-    result = evaluate(engine, questions, cfg.eval, progress)
+    # evaluator: evaluate, or a rank's part of a torchrun job (pipeline/_distributed.py), None off rank 0
+    result = (evaluator or evaluate)(engine, questions, cfg.eval, progress)
+    if result is None:
+        return None
     result["config"] = {"index": cfg.index, "questions": cfg.questions, "retrieval": asdict(cfg.retrieval),
                         "engine": asdict(cfg.engine), "model": asdict(cfg.model)}
     if cfg.output:

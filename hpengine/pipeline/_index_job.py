@@ -71,13 +71,16 @@ def _load_nonempty_corpus(cfg: IndexConfig, command: str):
     return loaded
 
 
-def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = True):
+def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = True, wrap=None, save=None):
     """Build and save the index described by ``cfg``.
 
     Args:
         cfg: ``corpus`` is required; ``out`` is the folder written.
         overwrite: replace an index already at ``cfg.out`` (default False: refuse).
         progress: progress bars.
+        wrap: ``(extractor, encoder) -> (extractor, encoder)``, and ``save``: ``index -> None``
+            instead of ``index.save(cfg.out)``: hooks of the torchrun build
+            (:func:`~hpengine.pipeline.run_index_distributed`).
 
     Returns:
         ``(index, report)``; the report includes the corpus-loading counts and, per stage,
@@ -92,12 +95,17 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
     loaded = _load_nonempty_corpus(cfg, "index")
     extractor = make_extractor(cfg.extractor, cfg.out)
     encoder = make_encoder(cfg.encoder)
+    if wrap is not None:  # a torchrun build (pipeline/_distributed.py): rank-sharded extractor and encoder
+        extractor, encoder = wrap(extractor, encoder)
     meta = {"build_config": dataclasses.asdict(cfg), "corpus": corpus_path}
     index, report = build_index(loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
                                 embed_passages=cfg.embed_passages, device=cfg.device, progress=progress, meta=meta)
     report = {"corpus": corpus_path, "corpus_report": loaded.report, **report}
     index.meta["build_report"] = report
-    index.save(cfg.out)
+    if save is not None:  # a torchrun build: rank 0 saves, every rank hears how it went
+        save(index)
+    else:
+        index.save(cfg.out)
     return index, report
 
 

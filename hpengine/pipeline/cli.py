@@ -262,11 +262,14 @@ def _print_warnings(result: dict) -> None:
 
 
 def _index_task(cfg, options) -> None:
-    from hpengine.pipeline._index_job import format_report, run_index
+    from hpengine.pipeline._distributed import run_index_distributed
+    from hpengine.pipeline._index_job import format_report
 
     icfg = job_config(cfg)
-    _, report = run_index(icfg, overwrite=options.get("overwrite", False))
-    print(format_report(report, icfg.out))
+    built = run_index_distributed(icfg, overwrite=options.get("overwrite", False))  # run_index outside torchrun
+    if built is None:  # a torchrun rank other than 0: rank 0 saves and prints
+        return
+    print(format_report(built[1], icfg.out))
 
 
 def _add_task(cfg, options) -> None:
@@ -278,10 +281,13 @@ def _add_task(cfg, options) -> None:
 
 
 def _eval_task(cfg, options) -> None:
-    from hpengine.pipeline._eval_job import run_eval, summary_table
+    from hpengine.pipeline._distributed import run_eval_distributed
+    from hpengine.pipeline._eval_job import summary_table
 
     ecfg = job_config(cfg)
-    result = run_eval(ecfg)
+    result = run_eval_distributed(ecfg)  # run_eval outside torchrun
+    if result is None:  # a torchrun rank other than 0: rank 0 writes and prints
+        return
     print(summary_table(result))
     _print_warnings(result)
     if ecfg.output:

@@ -1,0 +1,411 @@
+"""Past one process: batch evaluation and index build over ``torch.distributed`` (``torchrun``).
+
+**Evaluation.** The questions are cut into the batches a single process would run
+(``eval.batch_size``); batch ``b`` goes to rank ``b % world_size``. Each rank answers its batches
+with its own engine; all ranks exchange their predictions (one ``all_gather_object``) and rank 0
+scores them with :func:`~hpengine.pipeline.evaluate` in the original order, so the metrics and the
+per-question records are those of a single process, not merely close (every batch is the same
+batch). Timing fields (``seconds``, ``wall_seconds``, ``questions_per_second``, ``peak_rss_mb``)
+describe the distributed run; ``distributed`` adds the world size, backend and per-rank numbers.
+
+**Index build.** Every rank runs the same build (:func:`~hpengine.pipeline.run_index`) with a
+rank-sharded extractor and encoder: each extracts its contiguous share of the passages and
+embeds its share of each list of texts (facts, entity names, passages), and the shares are
+gathered in order, so every rank holds the same facts, entities and incidence; synonyms and
+incidence are then built identically on every rank (no collectives) and only rank 0 saves (atomic,
+as :meth:`~hpengine.graph.Index.save`). Embeddings differ from a one-process build only where the
+encoder's length-sorted batches differ (bf16 rounding).
+
+**Failures.** Work between collectives runs inside :func:`_exchange`: a rank's exception is sent
+to all ranks, every rank raises it (``rank R: message``; a :class:`~hpengine.errors.UserError`
+stays one), and nothing is written. A rank that dies outright (killed, segfault) makes torchrun
+stop the others; nothing is written either, since rank 0 writes only after the last exchange.
+
+**Devices.** CPU: the ``gloo`` backend. CUDA (``device=cuda``): one GPU per rank,
+``cuda:$LOCAL_RANK`` (every ``device`` field of the job that names CUDA is mapped to it), backend
+``cpu:gloo,cuda:nccl`` (object exchanges go through gloo on the host, tensors through NCCL).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+
+from hpengine._profiling import peak_rss_mb
+from hpengine.errors import UserError
+
+#: environment variable of a test hook: the rank named fails while answering its batches
+FAIL_RANK_ENV = "HPENGINE_TEST_FAIL_RANK"
+#: seconds a rank waits for the others at an exchange (LLM batches on one rank can be slow)
+TIMEOUT_ENV = "HPENGINE_DIST_TIMEOUT"
+_TIMING_KEYS = ("seconds", "wall_seconds", "questions_per_second", "peak_rss_mb")
+
+
+# ------------------------------------------------------------ process group
+def launched_by_torchrun() -> bool:
+    """Whether this process is one of several started by ``torchrun`` (``WORLD_SIZE > 1``)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def _dist():
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise UserError("this torch build has no torch.distributed; run without torchrun (got WORLD_SIZE="
+                        f"{os.environ.get('WORLD_SIZE')})")
+    return dist
+
+
+def rank_device(device: str) -> str:
+    """This rank's device for a job ``device``: ``cuda`` / ``cuda:i`` -> ``cuda:$LOCAL_RANK``; others unchanged."""
+    if str(device).startswith("cuda"):
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return device
+
+
+def _map_devices(obj) -> None:
+    """Every ``device`` field of a job config (nested dataclasses) set to :func:`rank_device`."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "device" and isinstance(value, str):
+            setattr(obj, f.name, rank_device(value))
+        elif dataclasses.is_dataclass(value):
+            _map_devices(value)
+
+
+def init_from_env(device: str = "cpu") -> bool:
+    """Initialise the default process group from torchrun's environment unless one exists.
+
+    Backend ``gloo`` for a CPU job; for a CUDA job the rank's GPU (``LOCAL_RANK``) becomes the
+    current device and the backend is ``cpu:gloo,cuda:nccl``. The exchange timeout is
+    ``$HPENGINE_DIST_TIMEOUT`` seconds (default one day: a rank waits at the final exchange while
+    the others answer their LLM batches).
+
+    Returns:
+        True when this call created the group (the caller destroys it).
+    """
+    dist = _dist()
+    if dist.is_initialized():
+        return False
+    backend = "gloo"
+    if str(device).startswith("cuda"):
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "cpu:gloo,cuda:nccl"
+    timeout = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 86400)))
+    dist.init_process_group(backend=backend, timeout=timeout)
+    return True
+
+
+def _exchange(work, group=None) -> list:
+    """Run ``work()`` on every rank and give every rank the list of all ranks' results.
+
+    Raises:
+        UserError / RuntimeError: on every rank, when ``work`` raised on any rank (the lowest such
+            rank's error, prefixed ``rank R:``).
+    """
+    dist = _dist()
+    try:
+        status = (True, work())
+    except Exception as exc:  # sent to every rank, raised below on all of them
+        status = (False, (isinstance(exc, UserError), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    gathered = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, status, group=group)
+    for rank, (ok, payload) in enumerate(gathered):
+        if not ok:
+            is_user, message, trace = payload
+            if is_user:
+                raise UserError(f"rank {rank}: {message.split(': ', 1)[1]}")
+            raise RuntimeError(f"rank {rank} failed: {message}\n--- traceback of rank {rank} ---\n{trace}")
+    return [payload for _, payload in gathered]
+
+
+# ---------------------------------------------------------------- sharding
+def shard_batches(num_questions: int, batch_size: int, rank: int, world_size: int) -> list:
+    """The batches of rank ``rank``: ``range`` s of question positions, batch ``b`` for ``b % world_size == rank``.
+
+    Example:
+        >>> shard_batches(10, 3, 1, 2)
+        [range(3, 6), range(9, 10)]
+    """
+    if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need batch_size >= 1 and 0 <= rank < world_size (got {batch_size}, {rank}, {world_size})")
+    starts = range(0, num_questions, batch_size)
+    return [range(s, min(s + batch_size, num_questions)) for b, s in enumerate(starts) if b % world_size == rank]
+
+
+def shard_questions(questions: list, batch_size: int, group=None) -> list:
+    """This rank's share of ``questions`` over an initialised process group, by whole batches.
+
+    Batch ``b`` (questions ``[b * batch_size, (b + 1) * batch_size)``) belongs to rank
+    ``b % world_size``; the share keeps the original order. Answering each share in batches of
+    ``batch_size`` runs exactly the batches one process would.
+
+    Returns:
+        ``[(position, question), ...]`` of this rank.
+    """
+    dist = _dist()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    return [(i, questions[i]) for r in shard_batches(len(questions), batch_size, rank, world) for i in r]
+
+
+def _answer_share(engine, questions: list, batch_size: int, rank: int, world: int, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    batches = shard_batches(len(questions), batch_size, rank, world)
+    start = time.perf_counter()
+    answered = {}
+    bar = tqdm(total=sum(len(b) for b in batches), desc=f"questions (rank {rank})", disable=not progress)
+    for b in batches:
+        if os.environ.get(FAIL_RANK_ENV) == str(rank):
+            raise RuntimeError(f"{FAIL_RANK_ENV}={rank}: this rank fails on purpose (test hook)")
+        answered[b.start] = engine.answer([q.question if hasattr(q, "question") else q for q in
+                                           (questions[i] for i in b)])
+        bar.update(len(b))
+    bar.close()
+    stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader))
+             if c is not None}
+    return {"answered": answered, "seconds": dict(engine.timer.seconds), "stats": stats,
+            "wall_seconds": time.perf_counter() - start, "questions": sum(len(b) for b in batches),
+            "peak_rss_mb": peak_rss_mb(), "device": str(engine.index.device)}
+
+
+def answer_distributed(engine, questions: list, batch_size: int, *, group=None, progress: bool = False) -> list:
+    """Answer ``questions`` over an initialised process group; every rank gets all predictions.
+
+    Each rank answers its batches (:func:`shard_questions`) with ``engine``; the predictions
+    are exchanged and returned in the original order, equal to ``engine.answer`` run batch by
+    batch in one process. ``questions`` are strings or :class:`~hpengine.eval.Question` s and
+    must be the same list on every rank.
+
+    Example (every rank, after ``torch.distributed.init_process_group``)::
+
+        preds = answer_distributed(Engine(index, encoder), questions, batch_size=64)
+
+    Raises:
+        UserError / RuntimeError: on every rank, when any rank failed (its error).
+    """
+    dist = _dist()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    shares = _exchange(lambda: _answer_share(engine, questions, batch_size, rank, world, progress), group)
+    return _ordered(shares, len(questions), batch_size)
+
+
+def _ordered(shares: list, num_questions: int, batch_size: int) -> list:
+    by_start = {start: preds for share in shares for start, preds in share["answered"].items()}
+    return [p for start in range(0, num_questions, batch_size) for p in by_start[start]]
+
+
+class _StatsOnly:
+    """Stands for a rank's decomposer or reader in :func:`evaluate`: only its summed ``stats``."""
+
+    def __init__(self, stats: dict):
+        self.stats = stats
+
+
+class _Gathered:
+    """What :func:`~hpengine.pipeline.evaluate` reads of an engine, replaying gathered predictions."""
+
+    def __init__(self, engine, shares: list, num_questions: int, batch_size: int):
+        self.index, self.method = engine.index, engine.method
+        self._preds = _ordered(shares, num_questions, batch_size)
+        self._next = 0
+        self.timer = type("Timer", (), {})()
+        stages = sorted({k for s in shares for k in s["seconds"]})
+        self.timer.seconds = {k: max(s["seconds"].get(k, 0.0) for s in shares) for k in stages}
+        self.decomposer = self.reader = None
+        for name in ("decomposer", "reader"):
+            if name in shares[0]["stats"]:
+                keys = {k for s in shares for k in s["stats"][name]}
+                summed = {k: sum(s["stats"][name].get(k, 0) for s in shares) for k in keys}
+                setattr(self, name, _StatsOnly(summed))
+
+    def answer(self, questions: list) -> list:
+        preds = self._preds[self._next: self._next + len(questions)]
+        assert [p.question for p in preds] == list(questions), "gathered predictions out of order"
+        self._next += len(questions)
+        return preds
+
+
+def evaluate_distributed(engine, questions: list, eval_cfg, progress: bool = True, *, group=None):
+    """:func:`~hpengine.pipeline.evaluate` over an initialised process group.
+
+    Every rank calls it with its own engine and the same ``questions``; rank 0 returns the result
+    (records and metrics equal to one process's; timing fields of this run plus ``distributed``),
+    the other ranks return None.
+
+    Raises:
+        UserError / RuntimeError: on every rank, when any rank failed (its error).
+    """
+    from hpengine.pipeline._eval_job import evaluate
+
+    dist = _dist()
+    if eval_cfg.max_questions:
+        questions = questions[: eval_cfg.max_questions]
+    if not questions:
+        raise UserError("no questions to evaluate (got 0)")
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    start = time.perf_counter()
+    shares = _exchange(lambda: _answer_share(engine, questions, eval_cfg.batch_size, rank, world,
+                                             progress and rank == 0), group)
+    wall = time.perf_counter() - start
+    if rank != 0:
+        return None
+    result = evaluate(_Gathered(engine, shares, len(questions), eval_cfg.batch_size), questions, eval_cfg,
+                      progress=False)
+    result["wall_seconds"] = round(wall, 3)
+    result["questions_per_second"] = round(len(questions) / wall, 3) if wall > 0 else None
+    result["peak_rss_mb"] = round(max(s["peak_rss_mb"] for s in shares), 1)
+    backend = dist.get_backend(group)
+    result["distributed"] = {
+        "world_size": world, "backend": str(backend), "batch_size": eval_cfg.batch_size,
+        "per_rank": [{"rank": r, "device": s["device"], "questions": s["questions"],
+                      "wall_seconds": round(s["wall_seconds"], 3), "peak_rss_mb": round(s["peak_rss_mb"], 1),
+                      "seconds": {k: round(v, 3) for k, v in s["seconds"].items()}} for r, s in enumerate(shares)],
+    }
+    # the records field last, as in evaluate()
+    result["records"] = result.pop("records")
+    return result
+
+
+def strip_timing(result: dict) -> dict:
+    """``result`` without the fields that depend on the run (timings, memory, ``distributed``,
+    ``config``): what a distributed and a one-process evaluation share exactly."""
+    return {k: v for k, v in result.items() if k not in (*_TIMING_KEYS, "distributed", "config")}
+
+
+def run_eval_distributed(cfg, progress: bool = True):
+    """``hpengine eval`` under torchrun: :func:`~hpengine.pipeline.run_eval` with the work sharded.
+
+    Outside torchrun (``WORLD_SIZE`` unset or 1) this is ``run_eval(cfg)``. Otherwise every rank
+    checks the inputs, loads the index and models on its device, answers its batches; rank 0
+    writes ``cfg.output`` and returns the result, the others return None.
+    """
+    from hpengine.pipeline._eval_job import run_eval
+
+    if not launched_by_torchrun():
+        return run_eval(cfg, progress)
+    cfg = copy.deepcopy(cfg)
+    _map_devices(cfg)
+    created = init_from_env(cfg.device)
+    try:
+        dist = _dist()
+        evaluator = lambda engine, questions, eval_cfg, prog: evaluate_distributed(  # noqa: E731
+            engine, questions, eval_cfg, prog and dist.get_rank() == 0)
+        return run_eval(cfg, progress, evaluator=evaluator)
+    finally:
+        if created:
+            _dist().destroy_process_group()
+
+
+# -------------------------------------------------------------- index build
+class ShardedExtractor:
+    """An extractor that extracts this rank's contiguous share of the passages and gathers all
+    shares in order (every rank gets every passage's facts). ``stats`` sums the ranks'."""
+
+    def __init__(self, inner, group=None):
+        self.inner, self.group = inner, group
+        self.stats: dict = {}
+        self.own_seconds = 0.0
+
+    def extract(self, passages: list, progress: bool = False) -> list:
+        dist = _dist()
+        rank, world = dist.get_rank(self.group), dist.get_world_size(self.group)
+        lo, hi = _share(len(passages), rank, world)
+
+        def work():
+            start = time.perf_counter()
+            out = self.inner.extract(passages[lo:hi], progress=progress and rank == 0) if hi > lo else []
+            self.own_seconds += time.perf_counter() - start
+            return out, dict(getattr(self.inner, "stats", None) or {})
+
+        shares = _exchange(work, self.group)
+        keys = {k for _, stats in shares for k in stats}
+        self.stats = {k: sum(stats.get(k, 0) for _, stats in shares) for k in sorted(keys)
+                      if all(isinstance(stats.get(k, 0), (int, float)) for _, stats in shares)}
+        return [facts for part, _ in shares for facts in part]
+
+
+class ShardedEncoder:
+    """An encoder that embeds this rank's contiguous share of the texts and gathers all shares in
+    order, as float32 on the inner encoder's output device. Other attributes are the inner's."""
+
+    def __init__(self, inner, group=None):
+        self.inner, self.group = inner, group
+        self.own_seconds = 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def encode(self, texts: list, progress: bool = False, **kwargs):
+        dist = _dist()
+        rank, world = dist.get_rank(self.group), dist.get_world_size(self.group)
+        lo, hi = _share(len(texts), rank, world)
+
+        def work():
+            start = time.perf_counter()
+            emb = self.inner.encode(list(texts[lo:hi]), progress=progress and rank == 0, **kwargs)
+            self.own_seconds += time.perf_counter() - start
+            return emb.detach().cpu(), str(emb.device)
+
+        shares = _exchange(work, self.group)
+        return torch.cat([e for e, _ in shares]).to(shares[rank][1])
+
+
+def _share(n: int, rank: int, world: int) -> tuple:
+    """``[lo, hi)`` of rank ``rank`` in ``world`` contiguous near-equal shares of ``n`` items."""
+    base, extra = divmod(n, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
+def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True):
+    """``hpengine index`` under torchrun: :func:`~hpengine.pipeline.run_index` with extraction and
+    embedding sharded over the ranks; rank 0 saves and returns ``(index, report)``, the others
+    return None. Outside torchrun this is ``run_index``.
+
+    The LLM extractor's cache is per rank (``<cache_dir>/rank<R>of<N>``), so a killed run resumes
+    when restarted with the same number of ranks.
+    """
+    from hpengine.pipeline._index_job import run_index
+
+    if not launched_by_torchrun():
+        return run_index(cfg, overwrite=overwrite, progress=progress)
+    cfg = copy.deepcopy(cfg)
+    _map_devices(cfg)
+    created = init_from_env(cfg.device)
+    try:
+        dist = _dist()
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if cfg.extractor.kind == "llm":
+            from pathlib import Path
+
+            base = cfg.extractor.cache_dir or str(Path(cfg.out).with_name(Path(cfg.out).name + ".extract_cache"))
+            cfg.extractor.cache_dir = os.path.join(base, f"rank{rank}of{world}")
+        wrapped = {}
+
+        def wrap(extractor, encoder):
+            wrapped["extractor"], wrapped["encoder"] = ShardedExtractor(extractor), ShardedEncoder(encoder)
+            return wrapped["extractor"], wrapped["encoder"]
+
+        out = run_index(cfg, overwrite=overwrite, progress=progress and rank == 0, wrap=wrap,
+                        save=lambda index: _exchange(lambda: index.save(cfg.out) if rank == 0 else None))
+        mine = {"rank": rank, "extract_seconds": round(wrapped["extractor"].own_seconds, 3),
+                "embed_seconds": round(wrapped["encoder"].own_seconds, 3), "peak_rss_mb": round(peak_rss_mb(), 1)}
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, mine)
+        if rank != 0:
+            return None
+        index, report = out
+        report["distributed"] = {"world_size": world, "backend": str(dist.get_backend()), "per_rank": per_rank}
+        return index, report
+    finally:
+        if created:
+            _dist().destroy_process_group()
