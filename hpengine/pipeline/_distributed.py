@@ -55,6 +55,18 @@ def launched_by_torchrun() -> bool:
         return False
 
 
+def check_torchrun_command(command: str) -> None:
+    """Under torchrun (``WORLD_SIZE > 1``) only ``eval`` and ``index`` split their work; any other
+    command would run whole on every rank (and ``add`` / ``demo`` would write one folder N times).
+
+    Raises:
+        UserError: ``command`` is another command and this process is one of several torchrun ranks.
+    """
+    if command not in ("eval", "index") and launched_by_torchrun():
+        raise UserError(f"under torchrun only `hpengine eval` and `hpengine index` shard their work over the ranks; "
+                        f"run {command} as one process (got {command} with WORLD_SIZE={os.environ['WORLD_SIZE']})")
+
+
 def _dist():
     import torch.distributed as dist
 

@@ -372,6 +372,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             config_name, task = _COMMANDS[command]
         rest, options = _split_cli_options(command, rest)
+        from hpengine.pipeline._distributed import check_torchrun_command
+
+        check_torchrun_command(command)  # under torchrun only eval and index shard their work
         debug = debug or options.get("debug", False)
         if config_name in ("eval", "demo"):  # documented shortcut: retriever=NAME for engine=NAME
             rest = [("engine=" + a.split("=", 1)[1]) if a.startswith("retriever=") else a for a in rest]

@@ -145,3 +145,10 @@ def test_answer_distributed_over_a_process_group(tmp_path, bad):
     else:
         expected = [f"q{i}|q{i - i % 3}" for i in range(8)]
         assert got[0]["preds"] == got[1]["preds"] == expected
+
+
+def test_other_commands_refuse_torchrun(tmp_path):
+    run = torchrun("add", f"corpus={builtin_corpus_path()}", f"out={tmp_path / 'x'}")
+    assert run.returncode != 0
+    assert "hpengine: error: under torchrun only `hpengine eval` and `hpengine index` shard" in run.stderr
+    assert not (tmp_path / "x").exists()
