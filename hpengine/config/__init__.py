@@ -8,7 +8,8 @@ from hpengine.config._schemas import (
     ModelConfig,
     RetrievalConfig,
 )
-from hpengine.config._engine import DenseConfig, EngineConfig, HyperProveConfig, PPRConfig
+from hpengine.config._engine import DenseConfig, EngineConfig, GragConfig, HyperProveConfig, PPRConfig
+from hpengine.config._grag import GragBuildConfig
 from hpengine.config._jobs import DemoJobConfig, EvalJobConfig
 from hpengine.config._store import register_configs
 
@@ -20,6 +21,8 @@ __all__ = [
     "EvalConfig",
     "EvalJobConfig",
     "ExtractorConfig",
+    "GragBuildConfig",
+    "GragConfig",
     "GraphConfig",
     "HyperProveConfig",
     "IndexConfig",

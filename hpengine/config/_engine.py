@@ -153,3 +153,38 @@ class PPRConfig(EngineConfig):
         if not (self.use_ner or self.link_question or self.fact_seeds or self.passage_reset):
             raise ValueError("engine: ppr needs a seed source: use_ner, link_question, fact_seeds or "
                              "passage_reset (got all off)")
+
+
+@dataclass
+class GragConfig(EngineConfig):
+    """GRAG-MH (SPEC §3, seed 002): seeds over entity and summary nodes, decayed k-hop expansion,
+    candidate passages reranked with a diversity penalty; with an LLM, tree decomposition over
+    ``paths`` reasoning paths and a self-consistency vote. Defaults are the paper's (n, k, lambda,
+    tau, mu); ``paths`` and ``max_depth`` are not given there. Needs the index's GRAG parts
+    (``python -m hpengine.pipeline.grag_build INDEX``)."""
+
+    method: ClassVar[str] = "grag"
+
+    seeds: int = 6  # n: top nodes by cosine (entity and summary nodes) per (sub-)question
+    hops: int = 3  # k: expansion depth from each seed
+    decay: float = 0.5  # lambda: score' = score * exp(-lambda d)
+    threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbourhood
+    diversity: float = 0.5  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
+    rerank_candidates: int = 20  # candidate passages reranked (the best by bi-encoder cosine)
+    reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder cosine
+    reranker_batch_size: int = 32
+    paths: int = 3  # P: reasoning paths per question (LLM mode)
+    max_depth: int = 4  # sub-questions per path at most (LLM mode)
+    planner_max_new_tokens: int = 48
+    chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
+    query_chunk_size: int = 32  # questions per expansion block ([N, chunk * seeds] frontiers)
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("seeds", "rerank_candidates", "paths", "max_depth", "planner_max_new_tokens", "chain_facts",
+                     "query_chunk_size", "reranker_batch_size"):
+            _check_range(f"engine.{name}", getattr(self, name), 1)
+        _check_range("engine.hops", self.hops, 0)
+        _check_range("engine.decay", self.decay, 0.0)
+        _check_range("engine.threshold", self.threshold, 0.0, 1.0)
+        _check_range("engine.diversity", self.diversity, 0.0)

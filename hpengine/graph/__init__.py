@@ -20,3 +20,7 @@ __all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "add_passages", "buil
 from hpengine.graph._lookups import IndexLookups
 
 __all__ += ["IndexLookups"]
+
+from hpengine.graph._grag import GRAG_FORMAT_VERSION, GragParts, build_grag_parts, extractive_summaries, louvain_communities
+
+__all__ += ["GRAG_FORMAT_VERSION", "GragParts", "build_grag_parts", "extractive_summaries", "louvain_communities"]

@@ -84,6 +84,9 @@ class Index:
     meta: dict = field(default_factory=dict)
     _graph: HyperGraph | None = field(default=None, repr=False)
     _lookups: object = field(default=None, repr=False)
+    #: GRAG-MH's optional parts (:class:`~hpengine.graph.GragParts`, files ``grag.*``); None when
+    #: the index has none (every index before them; ``add`` drops them, they describe old passages)
+    grag: object = field(default=None, repr=False)
 
     # ----------------------------------------------------------------- views
     @property
@@ -125,7 +128,8 @@ class Index:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Index(self.passages, self.facts, self.entities, move(self.fact_passage), move(self.fact_entity_raw),
                      move(self.synonyms), move(self.fact_emb), move(self.entity_emb), move(self.passage_emb),
-                     dict(self.meta), None if self._graph is None else self._graph.to(device))
+                     dict(self.meta), None if self._graph is None else self._graph.to(device),
+                     grag=None if self.grag is None else self.grag.to(device))
 
     def summary(self) -> dict:
         """Counts for reports: passages, facts, entities, synonym pairs, nnz."""
@@ -157,6 +161,8 @@ class Index:
             texts = {"passages": [{"title": p.title, "text": p.text} for p in self.passages],
                      "facts": self.facts, "entities": self.entities}
             _write_json(tmp / _TEXTS, texts)
+            if self.grag is not None:
+                self.grag.save(tmp)
             meta = dict(self.meta)
             meta.update(format_version=FORMAT_VERSION, num_facts=self.num_facts, num_entities=self.num_entities,
                         num_passages=self.num_passages, embedding_dim=int(self.fact_emb.shape[1]))
@@ -216,6 +222,11 @@ class Index:
             meta={k: v for k, v in meta.items() if k != "format_version"},
         )
         index.check(path / _TENSORS)
+        from hpengine.graph._grag import GragParts, has_grag_files
+
+        if has_grag_files(path):
+            index.grag = GragParts.load(path, device=device, num_facts=len(facts), num_entities=len(entities),
+                                        dim=int(index.fact_emb.shape[1]))
         for key, count in (("num_facts", len(facts)), ("num_entities", len(entities)),
                            ("num_passages", len(passages))):
             if key in meta and meta[key] != count:

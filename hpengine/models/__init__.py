@@ -20,3 +20,9 @@ __all__ += ["Decomposer", "Reader"]
 from hpengine.models._mentions import MentionTagger
 
 __all__ += ["MentionTagger"]
+
+from hpengine.models._triples import TRIPLE_PROMPT_VERSION, DependencyTripleExtractor, LLMTripleExtractor, parse_triples
+from hpengine.models._grag_models import CrossEncoder, Summarizer, TreePlanner, load_summarizer
+
+__all__ += ["TRIPLE_PROMPT_VERSION", "DependencyTripleExtractor", "LLMTripleExtractor", "parse_triples",
+            "CrossEncoder", "Summarizer", "TreePlanner", "load_summarizer"]

@@ -20,3 +20,7 @@ __all__ = [
     "top_visited",
     "walk_visits",
 ]
+
+from hpengine.retrieval._grag import candidate_passages, decayed_expansion, diverse_rerank
+
+__all__ += ["candidate_passages", "decayed_expansion", "diverse_rerank"]

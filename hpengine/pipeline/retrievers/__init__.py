@@ -1,12 +1,15 @@
 """Retrieval methods behind one interface, one module each, found by name in a registry."""
 from hpengine.pipeline.retrievers._base import Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers._dense import DenseRetriever
+from hpengine.pipeline.retrievers._grag import GragRetriever, GragSearch
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
 from hpengine.pipeline.retrievers._ppr import PPRRetriever
 
 __all__ = [
     "ChainState",
     "DenseRetriever",
+    "GragRetriever",
+    "GragSearch",
     "HyperProveRetriever",
     "PPRRetriever",
     "Retriever",

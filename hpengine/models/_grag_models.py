@@ -1,0 +1,216 @@
+"""Models GRAG-MH adds (SPEC §3, seed 002): abstractive community summaries, a cross-encoder
+reranker and the tree planner that grows reasoning paths. Each is batched; the summarizer is
+cached on disk (JSONL, resumable) like the extractors."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from hpengine.models._extract_llm import _read_cache
+from hpengine.models._generate import batched_generate
+
+__all__ = ["CrossEncoder", "Summarizer", "TreePlanner", "load_summarizer", "SUMMARY_PROMPT_VERSION"]
+
+SUMMARY_PROMPT_VERSION = "community-summary-v1"
+SUMMARY_CACHE_FILE = "grag_summaries.jsonl"
+_SUMMARY_INSTRUCTIONS = ("Summarize what these facts say about the entities they share, in at most "
+                         "three sentences. Keep names, dates and places.\n\nFacts:\n")
+
+
+class Summarizer:
+    """Abstractive summaries of fact groups with a Hugging Face model, batched and cached.
+
+    Args:
+        model, tokenizer: a seq2seq model (``model.config.is_encoder_decoder``, BART/T5) or a
+            causal LM (prompted through its chat template by :func:`batched_generate`).
+        cache_dir: folder of ``grag_summaries.jsonl`` (None: no cache).
+        model_name: enters the cache key.
+        batch_size, max_new_tokens, max_input_tokens: generation settings.
+    """
+
+    def __init__(self, model, tokenizer, cache_dir: str | None = None, model_name: str = "", batch_size: int = 8,
+                 max_new_tokens: int = 96, max_input_tokens: int = 768):
+        self.model, self.tokenizer = model, tokenizer
+        self.is_seq2seq = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+        self.model_name = model_name or str(getattr(getattr(model, "config", None), "name_or_path", "")
+                                            or type(model).__name__)
+        self.cache_path = Path(cache_dir) / SUMMARY_CACHE_FILE if cache_dir else None
+        self.batch_size, self.max_new_tokens, self.max_input_tokens = batch_size, max_new_tokens, max_input_tokens
+        self.stats = {"generated": 0, "cached": 0, "tokens_in": 0, "tokens_out": 0}
+
+    def _key(self, texts: Sequence[str]) -> str:
+        payload = json.dumps([list(texts), self.model_name, SUMMARY_PROMPT_VERSION], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def _generate(self, prompts: list) -> list:
+        if not self.is_seq2seq:
+            res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
+                                   batch_size=self.batch_size)
+            self.stats["tokens_in"] += res.tokens_in
+            self.stats["tokens_out"] += res.tokens_out
+            return res.texts
+        device = next(self.model.parameters()).device
+        batch = self.tokenizer(prompts, return_tensors="pt", padding=True, truncation=True,
+                               max_length=self.max_input_tokens).to(device)
+        with torch.inference_mode():
+            out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
+        self.stats["tokens_in"] += int(batch["attention_mask"].sum())
+        self.stats["tokens_out"] += int((out != self.tokenizer.pad_token_id).sum())
+        return [t.strip() for t in self.tokenizer.batch_decode(out, skip_special_tokens=True)]
+
+    def summarize(self, groups: Sequence[Sequence[str]]) -> list:
+        """One summary per group of fact texts, in order; cached groups are not generated again
+        (each finished batch is appended and fsynced, so a killed build resumes)."""
+        keys = [self._key(g) for g in groups]
+        cache = _read_cache(self.cache_path) if self.cache_path is not None else {}
+        todo = {k: g for k, g in zip(keys, groups) if k not in cache}
+        self.stats["cached"] += len(keys) - sum(k in todo for k in keys)
+        items = sorted(todo.items(), key=lambda kg: -sum(map(len, kg[1])))
+        sink = None
+        if self.cache_path is not None and items:
+            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+            sink = self.cache_path.open("a", encoding="utf-8")
+        try:
+            for start in range(0, len(items), self.batch_size):
+                chunk = items[start:start + self.batch_size]
+                prompts = [_SUMMARY_INSTRUCTIONS + "\n".join(f"- {t}" for t in g) for _, g in chunk]
+                for (key, _), text in zip(chunk, self._generate(prompts)):
+                    cache[key] = re.sub(r"\s+", " ", text).strip()
+                    if sink is not None:
+                        sink.write(json.dumps({"key": key, "raw": cache[key]}, ensure_ascii=False) + "\n")
+                if sink is not None:
+                    sink.flush()
+                    os.fsync(sink.fileno())
+                self.stats["generated"] += len(chunk)
+        finally:
+            if sink is not None:
+                sink.close()
+        return [cache[k] for k in keys]
+
+
+def load_summarizer(name: str, *, device: str = "cpu", dtype: str = "float32", cache_dir: str | None = None,
+                    batch_size: int = 8, max_new_tokens: int = 96) -> Summarizer:
+    """A :class:`Summarizer` over the HF model ``name`` (a folder or hub id): seq2seq when its
+    config is encoder-decoder, else causal."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hpengine.models._encoder import resolve_model_path
+
+    path = resolve_model_path(name)
+    config = AutoConfig.from_pretrained(path)
+    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = cls.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
+    return Summarizer(model, tokenizer, cache_dir=cache_dir, model_name=name, batch_size=batch_size,
+                      max_new_tokens=max_new_tokens)
+
+
+class CrossEncoder:
+    """(query, passage) relevance with ``AutoModelForSequenceClassification`` (bge-reranker style:
+    one logit per pair; with several labels, the last one's logit), batched.
+
+    Args:
+        name: model folder or hub id; or pass ``model`` and ``tokenizer``.
+        device, batch_size, max_length: inference settings.
+    """
+
+    def __init__(self, name: str = "", *, model=None, tokenizer=None, device: str = "cpu", batch_size: int = 32,
+                 max_length: int = 512):
+        if model is None:
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+            from hpengine.models._encoder import resolve_model_path
+
+            path = resolve_model_path(name)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForSequenceClassification.from_pretrained(path).to(device).eval()
+        self.name = name or str(getattr(model.config, "name_or_path", type(model).__name__))
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.max_length = batch_size, max_length
+
+    def score(self, queries: Sequence[str], passages: Sequence[str]) -> Tensor:
+        """float32 ``[n]`` scores of the pairs ``(queries[i], passages[i])`` (on CPU)."""
+        out = []
+        device = next(self.model.parameters()).device
+        for start in range(0, len(queries), self.batch_size):
+            batch = self.tokenizer(list(queries[start:start + self.batch_size]),
+                                   list(passages[start:start + self.batch_size]), padding=True, truncation=True,
+                                   max_length=self.max_length, return_tensors="pt").to(device)
+            with torch.inference_mode():
+                logits = self.model(**batch).logits
+            out.append(logits[:, -1].float().cpu())
+        return torch.cat(out) if out else torch.zeros(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree decomposition
+# ---------------------------------------------------------------------------------------------
+PLANNER_PROMPT_VERSION = "grag-tree-v1"
+#: one strategy hint per path: distinct prompts make distinct greedy paths
+PATH_HINTS = (
+    "Start with the entity the question names first.",
+    "Start with the entity the question names last.",
+    "Start with the most specific fact the question needs.",
+    "Ask about the relation between the entities the question names.",
+)
+_PLAN = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
+         "either ask the next single-hop sub-question or, if the answers so far are enough to answer "
+         "the question, reply 'SUFFICIENT'. Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'.")
+
+
+def planner_prompt(question: str, history: Sequence, path: int) -> str:
+    """The planner's prompt for path ``path`` after ``history`` ``[(sub-question, answer)]``."""
+    lines = [_PLAN, PATH_HINTS[path % len(PATH_HINTS)], "", f"Question: {question}"]
+    lines += [f"Step {i + 1}: {q} -> {a}" for i, (q, a) in enumerate(history)]
+    lines.append("Reply:")
+    return "\n".join(lines)
+
+
+def parse_plan_step(text: str) -> str | None:
+    """The next sub-question of a planner reply, or None when it says the path suffices
+    (``SUFFICIENT``, or nothing usable).
+
+    Example:
+        >>> parse_plan_step("Next: Who directed Alpha?"), parse_plan_step("SUFFICIENT")
+        ('Who directed Alpha?', None)
+    """
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    if not line or re.match(r"^\W*sufficient", line, re.I):
+        return None
+    line = re.sub(r"^\W*(next|sub-?question)\s*:\s*", "", line, flags=re.I).strip()
+    return line or None
+
+
+class TreePlanner:
+    """Grows the reasoning paths of GRAG-MH's tree decomposition: one batched ``generate`` per
+    step over all paths of all questions.
+
+    Args:
+        model, tokenizer: a causal instruction LM (the reader's).
+        max_new_tokens, batch_size: generation settings.
+    """
+
+    def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0}
+
+    def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
+        """Per path (its question, its ``[(sub-question, answer)]`` history, its path number), the
+        next sub-question or None (sufficient)."""
+        prompts = [planner_prompt(q, h, p) for q, h, p in zip(questions, histories, paths)]
+        if not prompts:
+            return []
+        res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
+                               batch_size=self.batch_size)
+        self.stats["calls"] += len(prompts)
+        self.stats["tokens_in"] += res.tokens_in
+        self.stats["tokens_out"] += res.tokens_out
+        return [parse_plan_step(t) for t in res.texts]

@@ -1,0 +1,262 @@
+"""GRAG-MH (SPEC §3, seed 002) on the shared engine: seed nodes over entity and summary nodes,
+decayed k-hop expansion on the summary-augmented triple graph, candidate passages reranked
+(cross-encoder when configured, bi-encoder cosine otherwise) with a greedy diversity penalty.
+
+No-LLM mode runs that retrieval on the question. LLM mode grows ``paths`` reasoning paths per
+question (a tree decomposition): at each step one batched planner ``generate`` over every open
+path of every question asks its next sub-question or says the path suffices; the sub-questions
+are retrieved for together and answered in one batched read; each path then reads the question's
+final answer from its passages, and the most frequent normalised answer wins (ties: the higher
+mean retrieval score of the paths that gave it).
+
+Prediction layout in LLM mode: ``chain`` holds one :class:`HopRecord` per step per path, path 0's
+steps first, its ``linked`` the step's read passages; ``notes`` holds the reranker line, one line
+per path (``"grag path p: n steps, answer 'a', score s"``) and the vote line.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hpengine.config import GragConfig
+from hpengine.errors import UserError
+from hpengine.pipeline._ranking import compact, first_occurrence
+from hpengine.pipeline._types import HopRecord, Prediction
+from hpengine.pipeline.retrievers._base import Retriever, register_retriever
+
+BUILD_HINT = "python -m hpengine.pipeline.grag_build INDEX"
+
+
+class GragSearch:
+    """Steps 5-7 for a batch of query embeddings (the tensors a retrieval needs, built once).
+
+    Args:
+        index: an index with GRAG parts; reranker: None (bi-encoder) or a scorer of
+            ``(queries, passages) -> [n]``; cfg: the method's config.
+    """
+
+    def __init__(self, index, cfg: GragConfig, reranker=None):
+        parts = index.grag
+        v = index.num_entities
+        crow, col = parts.adjacency(v)
+        n = v + parts.num_summaries
+        self.num_nodes = n
+        self.adjacency = torch.sparse_csr_tensor(crow, col, torch.ones(col.numel(), device=col.device), (n, n),
+                                                 check_invariants=False)  # built sorted and in range here
+        self.np_crow, self.np_col = parts.node_passages(v, index.fact_passage, index.num_passages)
+        self.node_emb = parts.node_emb(index.entity_emb, index.fact_emb)  # [N, D]
+        self.is_graph_node = parts.is_graph_node(v)
+        self.index, self.cfg, self.reranker = index, cfg, reranker
+
+    @property
+    def reranker_name(self) -> str:
+        return f"cross-encoder {getattr(self.reranker, 'name', type(self.reranker).__name__)}" \
+            if self.reranker is not None else "bi-encoder cosine"
+
+    def seeds(self, query_emb: Tensor) -> tuple[Tensor, Tensor]:
+        """``(seeds [Q, n], node_scores [Q, N])``: top-n graph nodes by cosine, and every node's
+        cosine clamped at 0."""
+        sim = (query_emb.float() @ self.node_emb.float().t())
+        masked = torch.where(self.is_graph_node, sim, torch.full_like(sim, -torch.inf))
+        k = min(self.cfg.seeds, self.num_nodes)
+        top, ids = torch.topk(masked, k, dim=1)
+        ids = torch.where(torch.isfinite(top), ids, torch.full_like(ids, -1))
+        return ids, sim.clamp_min(0)
+
+    def rerank(self, texts: list, query_emb: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """The best ``rerank_candidates`` candidates by bi-encoder cosine, then their rerank score
+        (cosine, or the cross-encoder's sigmoid): ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``,
+        in descending score order."""
+        idx, cfg = self.index, self.cfg
+        cos = query_emb.float() @ idx.passage_emb.float().t()  # [Q, P]
+        cos = torch.where(candidates, cos, torch.full_like(cos, -torch.inf))
+        c = min(cfg.rerank_candidates, idx.num_passages)
+        score, ids = torch.topk(cos, c, dim=1)
+        valid = torch.isfinite(score)
+        ids = torch.where(valid, ids, torch.full_like(ids, -1))
+        if self.reranker is not None:
+            pairs = [(qi, p) for qi, row in enumerate(ids.tolist()) for p in row if p >= 0]  # text boundary
+            ps = idx.passages
+            ce = self.reranker.score([texts[qi] for qi, _ in pairs], [f"{ps[p].title}: {ps[p].text}" for _, p in pairs])
+            score = score.clone()
+            score[valid] = torch.sigmoid(ce.float()).to(score.device)
+            score, order = torch.sort(score, dim=1, descending=True, stable=True)
+            ids = ids.gather(1, order)
+        return ids, score
+
+    def search(self, texts: list, query_emb: Tensor, width: int) -> dict:
+        """Ranked passages for each query: the greedy diverse order of its reranked candidates,
+        then the dense ranking to fill ``width``.
+
+        Returns:
+            ``{"ranked" [Q, width], "scores" [Q, width] (s' of the candidate part, else 0),
+            "seeds" [Q, n], "kept" [Q] kept nodes, "candidates" [Q]}``.
+        """
+        from hpengine.retrieval import candidate_passages, decayed_expansion, dense_topk, diverse_rerank
+
+        idx, cfg = self.index, self.cfg
+        seeds, node_scores = self.seeds(query_emb)
+        is_kept, _ = decayed_expansion(self.adjacency, seeds, node_scores, hops=cfg.hops, decay=cfg.decay,
+                                       threshold=cfg.threshold, query_chunk_size=cfg.query_chunk_size)
+        cand = candidate_passages(is_kept, self.np_crow, self.np_col, idx.num_passages)
+        ids, score = self.rerank(texts, query_emb, cand)
+        emb = idx.passage_emb[ids.clamp_min(0)]  # [Q, C, D]
+        order, penalised = diverse_rerank(score, emb, diversity=cfg.diversity, k=width)
+        chosen = torch.where(order >= 0, ids.gather(1, order.clamp_min(0)), torch.full_like(order, -1))
+        dense = dense_topk(query_emb, idx.passage_emb, min(width, idx.num_passages))[1]
+        merged = torch.cat([chosen, dense], dim=1)
+        ranked = compact(merged, first_occurrence(merged), width)
+        scores = torch.zeros(ranked.shape, dtype=torch.float32, device=ranked.device)
+        k = chosen.shape[1]
+        scores[:, :k] = torch.where(order >= 0, penalised, torch.zeros_like(penalised))
+        return {"ranked": ranked, "scores": scores, "seeds": seeds, "kept": is_kept.sum(dim=1),
+                "candidates": cand.sum(dim=1)}
+
+
+@register_retriever
+class GragRetriever(Retriever):
+    """GRAG-MH over the index's GRAG parts (see :class:`~hpengine.config.GragConfig`)."""
+
+    name = "grag"
+    config_class = GragConfig
+
+    def __init__(self, steps):
+        super().__init__(steps)
+        idx = steps.index
+        if getattr(idx, "grag", None) is None:
+            where = idx.meta.get("build_config", {}).get("out") or "INDEX"
+            raise UserError(f"retriever=grag needs the index's GRAG parts (triples, communities, summary nodes), "
+                            f"which this index lacks; build them with `python -m hpengine.pipeline.grag_build "
+                            f"{where}` (got an index without grag.json)")
+        if idx.passage_emb is None:
+            raise UserError("retriever=grag needs passage embeddings in the index (got an index built with "
+                            "embed_passages=false)")
+        reranker = None
+        if self.config.reranker:
+            from hpengine.models import CrossEncoder
+
+            reranker = CrossEncoder(self.config.reranker, device=str(idx.device),
+                                    batch_size=self.config.reranker_batch_size)
+        self.search = GragSearch(idx, self.config, reranker)
+        self._planner = None
+
+    @property
+    def planner(self):
+        """The tree planner: the decomposer itself when it has ``next_steps`` (a scripted one),
+        else a :class:`~hpengine.models.TreePlanner` over the decomposer's (or reader's) model."""
+        if self._planner is None:
+            s = self.steps
+            source = s.decomposer if s.decomposer is not None else s.reader
+            if hasattr(source, "next_steps"):
+                self._planner = source
+            else:
+                from hpengine.models import TreePlanner
+
+                self._planner = TreePlanner(source.model, source.tokenizer,
+                                            max_new_tokens=self.config.planner_max_new_tokens,
+                                            batch_size=getattr(source, "batch_size", 8))
+        return self._planner
+
+    def _facts(self, passages: Tensor, scores: Tensor) -> list:
+        """Chain facts per row: the first facts of the row's passages, scored by their passage's s'."""
+        s, cfg = self.steps, self.config
+        fact_ids, rank_weight = s.passage_facts(passages)
+        per = cfg.facts_per_passage
+        score = scores[:, : passages.shape[1]].repeat_interleave(per, dim=1)
+        keep = fact_ids >= 0
+        # the first chain_facts valid facts, in passage order
+        pos = torch.cumsum(keep.long(), dim=1) - 1
+        sel = keep & (pos < cfg.chain_facts)
+        out_ids = torch.full((passages.shape[0], cfg.chain_facts), -1, dtype=torch.int64, device=passages.device)
+        out_sc = torch.zeros(out_ids.shape, device=passages.device)
+        r, c = sel.nonzero(as_tuple=True)  # host sync: chain records are text
+        out_ids[r, pos[r, c]] = fact_ids[r, c]
+        out_sc[r, pos[r, c]] = score[r, c].float()
+        del rank_weight
+        return s.chain_facts(out_ids, out_sc)
+
+    def answer(self, questions: list) -> list:
+        s, cfg = self.steps, self.config
+        question_emb = s.encode(questions)
+        with s.timer.stage("retrieve"):
+            found = self.search.search(questions, question_emb, cfg.passage_width)
+        ranked = found["ranked"]
+        note = f"grag: reranker {self.search.reranker_name}"
+        if s.use_llm:
+            return self._answer_llm(questions, ranked, found["scores"], note)
+        top = ranked[:, : cfg.reader_passages]
+        fact_ids, weights = s.passage_facts(top)
+        final = s.answer_from_facts(questions, question_emb, fact_ids, weights)
+        facts = self._facts(top, found["scores"])
+        return [Prediction(qu, a, [HopRecord(qu, a, f, [p for p in row if p >= 0])], [p for p in r if p >= 0],
+                           notes=[note])
+                for qu, a, f, row, r in zip(questions, final, facts, top.tolist(), ranked.tolist())]
+
+    # ------------------------------------------------------------- LLM mode
+    def _answer_llm(self, questions: list, ranked: Tensor, question_scores: Tensor, note: str) -> list:
+        from hpengine.eval import normalize_answer
+
+        s, cfg = self.steps, self.config
+        num_paths = cfg.paths
+        owner = [qi for qi in range(len(questions)) for _ in range(num_paths)]
+        path_no = [p for _ in questions for p in range(num_paths)]
+        history = [[] for _ in owner]  # (sub-question, answer) per step
+        records = [[] for _ in owner]
+        read = [[] for _ in owner]  # passage ids each path has read
+        step_scores = [[] for _ in owner]
+        open_paths = list(range(len(owner)))
+        for _ in range(cfg.max_depth):
+            if not open_paths:
+                break
+            with s.timer.stage("plan"):
+                asked = self.planner.next_steps([questions[owner[i]] for i in open_paths],
+                                                [history[i] for i in open_paths], [path_no[i] for i in open_paths])
+            asking = [(i, sq) for i, sq in zip(open_paths, asked) if sq]
+            if not asking:
+                break
+            subqs = [sq for _, sq in asking]
+            search = [cfg.search_template.format(subquery=sq, question=questions[owner[i]]).strip()
+                      for i, sq in asking]
+            emb = s.encode(search)
+            with s.timer.stage("retrieve"):
+                found = self.search.search(search, emb, cfg.passage_width)
+            top = found["ranked"][:, : cfg.reader_passages]
+            answers = s.read_hop(subqs, s.passage_texts(top), fallback=["unknown"] * len(subqs))
+            facts = self._facts(top, found["scores"])
+            for row, ((i, sq), a, f, ps) in enumerate(zip(asking, answers, facts, top.tolist())):
+                linked = [p for p in ps if p >= 0]
+                history[i].append((sq, a))
+                records[i].append(HopRecord(sq, a, f, linked))
+                read[i].extend(p for p in linked if p not in read[i])
+                step_scores[i].append(float(found["scores"][row, 0]))
+            open_paths = [i for i, _ in asking]
+        # each path reads the final answer from its passages (the question's own when it read none)
+        fallback = ranked[:, : cfg.reader_passages].tolist()
+        passages = [read[i] or [p for p in fallback[owner[i]] if p >= 0] for i in range(len(owner))]
+        width = max(len(p) for p in passages) if passages else 0
+        block = torch.full((len(owner), max(width, 1)), -1, dtype=torch.int64)
+        for i, ps in enumerate(passages):
+            block[i, : len(ps)] = torch.tensor(ps, dtype=torch.int64)
+        with s.timer.stage("read"):
+            finals = s.reader.read([questions[q] for q in owner], s.passage_texts(block), final=True,
+                                   steps=[h or None for h in history])
+        qscore = question_scores[:, 0].tolist()
+        path_score = [sum(sc) / len(sc) if sc else qscore[owner[i]] for i, sc in enumerate(step_scores)]
+        out = []
+        for qi, question in enumerate(questions):
+            mine = [i for i in range(len(owner)) if owner[i] == qi]
+            votes: dict = {}  # normalised answer -> its paths, in path order
+            for i in mine:
+                votes.setdefault(normalize_answer(finals[i]), []).append(i)
+            # most paths; ties: the higher best path score; then the earlier path
+            key = max(votes, key=lambda k: (len(votes[k]), max(path_score[i] for i in votes[k]), -votes[k][0]))
+            winner = max(votes[key], key=lambda i: (path_score[i], -i))
+            notes = [note] + [f"grag path {path_no[i]}: {len(records[i])} steps, answer {finals[i]!r}, "
+                              f"score {path_score[i]:.4f}" for i in mine]
+            notes.append(f"grag vote: {finals[winner]!r} from {len(votes[key])} of {len(mine)} paths")
+            lead = torch.tensor([read[winner] or [-1]], dtype=torch.int64, device=ranked.device)
+            merged = torch.cat([lead, ranked[qi: qi + 1]], dim=1)
+            row = compact(merged, first_occurrence(merged), cfg.passage_width)[0].tolist()
+            chain = [r for i in mine for r in records[i]]
+            out.append(Prediction(question, finals[winner], chain, [p for p in row if p >= 0], notes=notes))
+        return out

@@ -1,0 +1,139 @@
+"""GRAG-MH retrieval ops (SPEC §3, seed 002), batched over questions: decayed k-hop expansion
+from seed nodes, candidate passages of the kept nodes, and the greedy diversity penalty."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from hpengine.sparse import gather_csr_rows
+
+__all__ = ["candidate_passages", "decayed_expansion", "diverse_rerank"]
+
+
+def decayed_expansion(adjacency: Tensor, seeds: Tensor, node_scores: Tensor, *, hops: int, decay: float,
+                      threshold: float, query_chunk_size: int = 32) -> tuple[Tensor, Tensor]:
+    """Nodes kept around each question's seeds: ``score' = score * exp(-decay * d)`` with ``d`` the
+    hop distance from the seed (``d <= hops``); ``v`` is kept for a seed when ``score'(v) >=
+    threshold * max score'`` over that seed's neighbourhood (the seed included). A question keeps
+    the union over its seeds, each node with its best ``score'``.
+
+    The expansion is a sparse frontier expansion: all (question, seed) rows of a chunk advance
+    together, one SpMM of the CSR adjacency with the ``[N, R]`` frontier per hop (loops over hops
+    and query chunks only).
+
+    Args:
+        adjacency: float ``[N, N]`` ``torch.sparse_csr`` symmetric adjacency (any positive values).
+        seeds: int64 ``[Q, S]`` seed nodes, ``-1`` padded.
+        node_scores: float ``[Q, N]`` non-negative node scores (cosine with the question, clamped).
+        hops: k; decay: lambda; threshold: tau in [0, 1].
+        query_chunk_size: questions per SpMM block (bounds the ``[N, chunk * S]`` blocks).
+
+    Returns:
+        ``(is_kept, scores)``: bool ``[Q, N]`` and float32 ``[Q, N]`` (best ``score'`` over the
+        seeds that keep the node; 0 where not kept).
+
+    Shapes:
+        adjacency ``[N, N]``, seeds ``[Q, S]``, node_scores ``[Q, N]`` -> ``[Q, N]``, ``[Q, N]``.
+
+    Example:
+        >>> a = torch.tensor([[0., 1, 0], [1, 0, 1], [0, 1, 0]]).to_sparse_csr()
+        >>> kept, s = decayed_expansion(a, torch.tensor([[0]]), torch.tensor([[1.0, 0.9, 0.9]]), hops=2,
+        ...                             decay=0.5, threshold=0.5)
+        >>> kept.tolist()
+        [[True, True, False]]
+    """
+    if seeds.dim() != 2 or node_scores.dim() != 2 or seeds.shape[0] != node_scores.shape[0]:
+        raise ValueError(f"seeds must be [Q, S] and node_scores [Q, N] (got {tuple(seeds.shape)} and "
+                         f"{tuple(node_scores.shape)})")
+    q, s = seeds.shape
+    n = node_scores.shape[1]
+    is_kept = torch.zeros(q, n, dtype=torch.bool, device=node_scores.device)
+    out = torch.zeros(q, n, dtype=torch.float32, device=node_scores.device)
+    decay_of = torch.exp(-decay * torch.arange(hops + 1, dtype=torch.float32, device=node_scores.device))
+    for start in range(0, q, max(query_chunk_size, 1)):
+        sd = seeds[start:start + query_chunk_size]
+        qc = sd.shape[0]
+        flat = sd.reshape(-1)  # row r = (question r // S, seed r % S)
+        r = flat.numel()
+        valid = flat >= 0
+        dist = torch.full((n, r), hops + 1, dtype=torch.int64, device=seeds.device)  # hops + 1: unreached
+        cols = torch.arange(r, device=seeds.device)
+        dist[flat.clamp_min(0)[valid], cols[valid]] = 0
+        front = dist == 0
+        for step in range(1, hops + 1):
+            nxt = torch.sparse.mm(adjacency, front.float()) > 0  # [N, R]
+            nxt &= dist > step  # not reached before
+            dist[nxt] = step
+            front = nxt
+        reached = dist <= hops  # [N, R]
+        scores = node_scores[start:start + qc].float().repeat_interleave(s, dim=0).t()  # [N, R]
+        decayed = scores * decay_of[dist.clamp(max=hops)]
+        decayed = torch.where(reached, decayed, torch.full_like(decayed, -1.0))
+        best = decayed.max(dim=0, keepdim=True).values  # [1, R] the seed's neighbourhood max
+        keep = reached & (decayed >= threshold * best)
+        kept_score = torch.where(keep, decayed, torch.full_like(decayed, -1.0))
+        per_q = kept_score.t().reshape(qc, s, n).max(dim=1).values  # best over the question's seeds
+        is_kept[start:start + qc] = per_q >= 0
+        out[start:start + qc] = per_q.clamp_min(0)
+    return is_kept, out
+
+
+def candidate_passages(is_kept: Tensor, node_passage_crow: Tensor, node_passage_col: Tensor,
+                       num_passages: int) -> Tensor:
+    """bool ``[Q, P]``: the passages of each question's kept nodes (CSR node -> passages).
+
+    One host sync (the number of kept (question, node) pairs sizes the gather).
+
+    Example:
+        >>> candidate_passages(torch.tensor([[True, False]]), torch.tensor([0, 2, 3]),
+        ...                    torch.tensor([0, 2, 1]), 3).tolist()
+        [[True, False, True]]
+    """
+    q = is_kept.shape[0]
+    out = torch.zeros(q * num_passages, dtype=torch.bool, device=is_kept.device)
+    row, node = is_kept.nonzero(as_tuple=True)  # host sync: the kept pairs, once per batch
+    pos, passage = gather_csr_rows(node_passage_crow, node_passage_col, node)
+    out[row[pos] * num_passages + passage] = True
+    return out.view(q, num_passages)
+
+
+def diverse_rerank(scores: Tensor, embeddings: Tensor, *, diversity: float, k: int) -> tuple[Tensor, Tensor]:
+    """Greedy diversity penalty ``s'(d_i) = s(d_i) - mu * sum_{j < i} sim(d_i, d_j)``: position ``i``
+    takes the candidate with the best penalised score given the ``i`` already taken (ties: the
+    lower candidate index). Loops over positions only.
+
+    Args:
+        scores: float ``[Q, C]`` rerank scores, ``-inf`` for no candidate.
+        embeddings: float ``[Q, C, D]`` L2-normalised candidate embeddings (sim = cosine).
+        diversity: mu.
+        k: positions to fill.
+
+    Returns:
+        ``(order, penalised)``: int64 ``[Q, k]`` candidate positions (``-1`` when none left) and
+        float32 ``[Q, k]`` their ``s'`` (``-inf`` for none).
+
+    Example:
+        >>> e = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])
+        >>> diverse_rerank(torch.tensor([[0.9, 0.8, 0.5]]), e, diversity=0.5, k=3)[0].tolist()
+        [[0, 2, 1]]
+    """
+    q, c = scores.shape
+    k = min(k, c)
+    sim = torch.bmm(embeddings.float(), embeddings.float().transpose(1, 2))  # [Q, C, C]
+    penalty = torch.zeros(q, c, dtype=torch.float32, device=scores.device)
+    available = torch.isfinite(scores)
+    order = torch.full((q, k), -1, dtype=torch.int64, device=scores.device)
+    values = torch.full((q, k), -math.inf, dtype=torch.float32, device=scores.device)
+    rows = torch.arange(q, device=scores.device)
+    for i in range(k):
+        adjusted = torch.where(available, scores.float() - diversity * penalty, torch.full_like(penalty, -math.inf))
+        best = adjusted.argmax(dim=1)  # first maximum on ties
+        val = adjusted[rows, best]
+        ok = torch.isfinite(val)
+        order[:, i] = torch.where(ok, best, torch.full_like(best, -1))
+        values[:, i] = val
+        available[rows[ok], best[ok]] = False
+        penalty += torch.where(ok.unsqueeze(1), sim[rows, :, best], torch.zeros_like(penalty))
+    return order, values
