@@ -1,6 +1,7 @@
 """Distributed eval and index build: 2-process gloo runs under torchrun (subprocesses, demo corpus,
 real spaCy and MiniLM) equal the 1-process run; a failing rank fails the run and writes nothing;
-the Python API over a process group (spawned gloo workers, fake engine)."""
+the Python API over a process group (spawned gloo workers, fake engine). ``-m slow`` adds PPR,
+LLM mode (tiny random Qwen2) and the refusal of other commands under torchrun (~40 s more)."""
 import json
 import os
 import shutil
@@ -42,7 +43,7 @@ def test_shards_are_whole_batches_in_turn():
     assert [_share(10, r, 3) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
 
 
-@pytest.mark.parametrize("retriever", ["hyperprove", "ppr"])
+@pytest.mark.parametrize("retriever", ["hyperprove", pytest.param("ppr", marks=pytest.mark.slow)])
 def test_two_ranks_write_what_one_process_writes(one_process, retriever):
     root, _ = one_process
     single, double = root / f"{retriever}_1.json", root / f"{retriever}_2.json"
@@ -147,8 +148,37 @@ def test_answer_distributed_over_a_process_group(tmp_path, bad):
         assert got[0]["preds"] == got[1]["preds"] == expected
 
 
+@pytest.mark.slow
 def test_other_commands_refuse_torchrun(tmp_path):
     run = torchrun("add", f"corpus={builtin_corpus_path()}", f"out={tmp_path / 'x'}")
     assert run.returncode != 0
     assert "hpengine: error: under torchrun only `hpengine eval` and `hpengine index` shard" in run.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_llm_mode_two_ranks_equal_one_process(one_process):
+    """LLM mode (a tiny random Qwen2 saved to disk as the decomposer and reader): same records,
+    same token counts summed over the ranks."""
+    from hpengine.config import ModelConfig
+    from hpengine.eval import load_questions
+    from hpengine.testing._tiny_lm import build_tiny_pair
+
+    root, index = one_process
+    questions = [q.question for q in load_questions(str(builtin_questions_path()))]
+    model, tok = build_tiny_pair(questions + index.facts[:50], initializer_range=0.5)
+    folder = root / "tiny_lm"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    llm = ["model.dtype=float32", "model.max_new_tokens_decompose=12", "model.max_new_tokens_read=6"]
+    single, double = root / "llm_1.json", root / "llm_2.json"
+    run_eval(EvalJobConfig(index=str(root / "idx1"), questions=str(builtin_questions_path()), output=str(single),
+                           model=ModelConfig(llm=str(folder), dtype="float32", max_new_tokens_decompose=12,
+                                             max_new_tokens_read=6), eval=EvalConfig(batch_size=5)), progress=False)
+    run = torchrun("eval", f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=5",
+                   f"model.llm={folder}", *llm, f"output={double}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    a, b = json.loads(single.read_text()), json.loads(double.read_text())
+    assert a["llm"] and a["llm_tokens_in"] > 0
+    assert json.dumps(a["records"]) == json.dumps(b["records"])
+    assert strip_timing(a) == strip_timing(b)
