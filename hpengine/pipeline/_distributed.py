@@ -9,12 +9,13 @@ batch). Timing fields (``seconds``, ``wall_seconds``, ``questions_per_second``, 
 describe the distributed run; ``distributed`` adds the world size, backend and per-rank numbers.
 
 **Index build.** Every rank runs the same build (:func:`~hpengine.pipeline.run_index`) with a
-rank-sharded extractor and encoder: each extracts its contiguous share of the passages and
-embeds its share of each list of texts (facts, entity names, passages), and the shares are
-gathered in order, so every rank holds the same facts, entities and incidence; synonyms and
-incidence are then built identically on every rank (no collectives) and only rank 0 saves (atomic,
-as :meth:`~hpengine.graph.Index.save`). Embeddings differ from a one-process build only where the
-encoder's length-sorted batches differ (bf16 rounding).
+rank-sharded extractor and encoder: each extracts its contiguous share of the passages and runs
+its share of the encoder's own batches of each list of texts (facts, entity names, passages:
+:class:`ShardedEncoder`), and the shares are gathered in order, so every rank holds the same
+facts, entities and embeddings as one process (bit-identical: same padded batches; sharding texts
+instead changed bf16 results by ~1e-3, enough to flip synonym pairs near the threshold); synonyms
+and incidence are then built identically on every rank (no collectives) and only rank 0 saves
+(atomic, as :meth:`~hpengine.graph.Index.save`).
 
 **Failures.** Work between collectives runs inside :func:`_exchange`: a rank's exception is sent
 to all ranks, every rank raises it (``rank R: message``; a :class:`~hpengine.errors.UserError`
@@ -346,29 +347,75 @@ class ShardedExtractor:
 
 
 class ShardedEncoder:
-    """An encoder that embeds this rank's contiguous share of the texts and gathers all shares in
-    order, as float32 on the inner encoder's output device. Other attributes are the inner's."""
+    """An encoder whose forward passes are spread over the ranks, with the embeddings of one process.
+
+    For an :class:`~hpengine.models.Encoder` (it has a ``tokenizer``) the texts are planned into
+    the batches the encoder itself would run (tokenised, sorted longest first, cut by
+    ``max_tokens_per_batch`` or ``batch_size``: the rule of ``Encoder.encode``); batch ``k`` runs on
+    rank ``k % world_size`` as one forward pass over the same texts in the same order, so every
+    embedding is computed from the same padded batch as in one process (bit-identical on the
+    same hardware). Other encoders (no tokenizer: one text at a time by contract, e.g. test
+    fakes) get contiguous shares. The shares are all-gathered in input order, as float32 on the
+    inner encoder's output device. Other attributes are the inner encoder's.
+    """
 
     def __init__(self, inner, group=None):
         self.inner, self.group = inner, group
         self.own_seconds = 0.0
 
     def __getattr__(self, name):
+        if name in ("inner", "group", "own_seconds"):
+            raise AttributeError(name)
         return getattr(self.inner, name)
+
+    def _batches(self, texts: list, kind, batch_size) -> list:
+        """The encoder's own batches of ``texts``: lists of positions (see the class docstring)."""
+        enc = self.inner
+        prompt = (getattr(enc, "prompts", None) or {}).get(kind) or ""
+        encoded = enc.tokenizer([prompt + t for t in texts] if prompt else list(texts), truncation=True,
+                                max_length=enc.max_length, padding=False)
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        batches, start = [], 0
+        budget = getattr(enc, "max_tokens_per_batch", 0)
+        while start < len(order):
+            if batch_size is None and budget > 0:
+                size = max(1, budget // max(lengths[order[start]], 1))
+            else:
+                size = batch_size or enc.batch_size
+            batches.append(order[start:start + size])
+            start += size
+        return batches
 
     def encode(self, texts: list, progress: bool = False, **kwargs):
         dist = _dist()
         rank, world = dist.get_rank(self.group), dist.get_world_size(self.group)
-        lo, hi = _share(len(texts), rank, world)
+        texts = list(texts)
+        if hasattr(self.inner, "tokenizer") and texts:
+            plan = self._batches(texts, kwargs.get("kind", "passage"), kwargs.get("batch_size"))
+            mine = [b for k, b in enumerate(plan) if k % world == rank]
+        else:
+            lo, hi = _share(len(texts), rank, world)
+            mine = [list(range(lo, hi))] if hi > lo else []
+        rest = {k: v for k, v in kwargs.items() if k != "batch_size"}
 
         def work():
             start = time.perf_counter()
-            emb = self.inner.encode(list(texts[lo:hi]), progress=progress and rank == 0, **kwargs)
+            parts = [self.inner.encode([texts[i] for i in ids], batch_size=len(ids), **rest) for ids in mine]
             self.own_seconds += time.perf_counter() - start
-            return emb.detach().cpu(), str(emb.device)
+            device = str(parts[0].device) if parts else None
+            return [i for ids in mine for i in ids], (torch.cat(parts).detach().cpu() if parts else None), device
 
         shares = _exchange(work, self.group)
-        return torch.cat([e for e, _ in shares]).to(shares[rank][1])
+        if not texts:
+            return self.inner.encode([], **kwargs)
+        dim = next(e.shape[1] for _, e, _ in shares if e is not None)
+        out = torch.empty(len(texts), dim, dtype=torch.float32)
+        for ids, emb, _ in shares:
+            if ids:
+                out[torch.tensor(ids)] = emb.float()
+        device = next(d for _, e, d in shares if d is not None)
+        return out.to(shares[rank][2] or device)
 
 
 def _share(n: int, rank: int, world: int) -> tuple:
