@@ -31,7 +31,10 @@ def _apply(cfg, assignments: list, prefix: str):
             if field not in {f.name for f in dataclasses.fields(cfg)}:
                 continue  # a setting of another method (engine.num_hops does not apply to dense)
             current = getattr(cfg, field)
-            changes[field] = type(current)(value) if not isinstance(current, bool) else value.lower() == "true"
+            if current is None:  # an unset threshold (the encoder's): a number or null
+                changes[field] = None if value.lower() in ("none", "null") else float(value)
+            else:
+                changes[field] = type(current)(value) if not isinstance(current, bool) else value.lower() == "true"
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
@@ -53,13 +56,17 @@ def main() -> None:
     from hpengine.config import EncoderConfig, EvalConfig, ModelConfig, RetrievalConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
-    from hpengine.pipeline import Engine, evaluate, get_retriever, load_llm, make_encoder
+    from hpengine.pipeline import Engine, encoder_for_index, evaluate, get_retriever, load_llm, peek_index_meta
 
-    encoder = make_encoder(EncoderConfig(device=args.device))
+    encoders = {}  # each index is queried with its own encoder (MiniLM, E5, ...), loaded once per kind
     decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device, batch_size=min(args.batch_size, 16)))
     retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
     rows, results = [], {}
     for name in args.datasets:
+        meta = peek_index_meta(Path(args.index_root) / name) or {}
+        if meta.get("encoder") not in encoders:
+            encoders[meta.get("encoder")] = encoder_for_index(meta, EncoderConfig(name_or_path="", device=args.device))
+        encoder = encoders[meta.get("encoder")]
         index = Index.load(Path(args.index_root) / name, device=args.device, expected_encoder=encoder.name)
         questions = load_questions(str(Path(args.data_root) / name / "dev.json"))
         for retriever in args.retrievers:

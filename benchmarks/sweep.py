@@ -35,12 +35,16 @@ def main() -> None:
     from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
-    from hpengine.pipeline import Engine, evaluate, get_retriever, make_encoder
+    from hpengine.pipeline import Engine, encoder_for_index, evaluate, get_retriever, peek_index_meta
 
-    encoder = make_encoder(EncoderConfig())
+    encoders = {}  # each index's own encoder, loaded once per kind
     config_class = get_retriever(args.retriever).config_class
     rows, results = [], {}
     for name in args.datasets:
+        meta = peek_index_meta(Path(args.index_root) / name) or {}
+        if meta.get("encoder") not in encoders:
+            encoders[meta.get("encoder")] = encoder_for_index(meta, EncoderConfig(name_or_path=""))
+        encoder = encoders[meta.get("encoder")]
         index = Index.load(Path(args.index_root) / name, expected_encoder=encoder.name)
         questions = load_questions(str(Path(args.data_root) / name / "dev.json"))
         for variant in args.variants:

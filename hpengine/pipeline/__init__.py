@@ -9,7 +9,13 @@ from hpengine.pipeline._distributed import (
     shard_questions,
 )
 from hpengine.pipeline._eval_job import evaluate, load_llm, make_engine, run_eval
-from hpengine.pipeline._factory import make_encoder, make_extractor
+from hpengine.pipeline._factory import (
+    encoder_for_index,
+    index_encoder_config,
+    make_encoder,
+    make_extractor,
+    peek_index_meta,
+)
 from hpengine.pipeline._index_job import format_report, run_add, run_index
 from hpengine.pipeline._steps import QASteps
 from hpengine.pipeline._text import choice_options, is_comparison, is_unknown, names_shared, resolve_choice, rewrite
@@ -26,10 +32,12 @@ __all__ = [
     "answer_distributed",
     "available_retrievers",
     "choice_options",
+    "encoder_for_index",
     "evaluate",
     "evaluate_distributed",
     "format_report",
     "get_retriever",
+    "index_encoder_config",
     "is_comparison",
     "is_unknown",
     "load_llm",
@@ -37,6 +45,7 @@ __all__ = [
     "make_engine",
     "make_extractor",
     "names_shared",
+    "peek_index_meta",
     "register_retriever",
     "resolve_choice",
     "rewrite",

@@ -43,7 +43,8 @@ class Engine:
 
     Args:
         index: the index (its tensors' device is where retrieval runs).
-        encoder: query encoder; must be the one the index was built with.
+        encoder: query encoder; must be the one the index was built with. Default None: the
+            index's, rebuilt from its recorded config (``index.meta["encoder_config"]``).
         retrieval: HyperProve hop parameters (``RetrievalConfig()`` by default).
         config: the method's config (a :class:`~hpengine.config.EngineConfig` subclass such as
             ``HyperProveConfig``, ``DenseConfig``, ``PPRConfig``); its class picks the method. A
@@ -58,8 +59,12 @@ class Engine:
         >>> engine.answer(["Who is the mother of the director of film Polish-Russian War?"])[0].answer  # doctest: +SKIP
     """
 
-    def __init__(self, index, encoder, retrieval: RetrievalConfig | None = None, config: EngineConfig | None = None,
-                 *, retriever=None, decomposer=None, reader=None):
+    def __init__(self, index, encoder=None, retrieval: RetrievalConfig | None = None,
+                 config: EngineConfig | None = None, *, retriever=None, decomposer=None, reader=None):
+        if encoder is None:
+            from hpengine.pipeline._factory import encoder_for_index
+
+            encoder = encoder_for_index(index.meta)
         if index.meta.get("encoder") not in (None, encoder.name):
             raise ValueError(f"index was built with encoder {index.meta.get('encoder')!r} but the engine got "
                              f"{encoder.name!r}; use the same encoder")

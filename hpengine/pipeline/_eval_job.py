@@ -30,10 +30,18 @@ def load_llm(cfg: ModelConfig):
 
 
 def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
+    """The engine of an eval/ask job. The encoder is the index's (its recorded config) unless
+    ``cfg.encoder`` names one, which must then be the index's: a mismatch is a one-line
+    :class:`~hpengine.errors.UserError` before any model or tensor loads."""
     from hpengine.graph import Index
-    from hpengine.pipeline._factory import make_encoder
+    from hpengine.pipeline._factory import encoder_for_index, peek_index_meta
 
-    encoder = encoder or make_encoder(cfg.encoder)
+    if encoder is None:
+        meta = index.meta if index is not None else peek_index_meta(cfg.index)
+        if meta is None:  # not an index: loading says why
+            index = Index.load(cfg.index, device=cfg.device)
+            meta = index.meta
+        encoder = encoder_for_index(meta, cfg.encoder, where=f"index={cfg.index!r}" if cfg.index else "the index")
     if index is None:
         index = Index.load(cfg.index, device=cfg.device, expected_encoder=encoder.name)
     decomposer, reader = load_llm(cfg.model)

@@ -12,6 +12,96 @@ def make_encoder(cfg: EncoderConfig):
     return Encoder(cfg)
 
 
+#: EncoderConfig fields that define the embedding space (taken from the index); the others
+#: (device, dtype, batch sizes, local_files_only) are how this run computes it
+_SPACE_FIELDS = ("name_or_path", "max_length", "pooling", "normalize", "query_prompt", "passage_prompt",
+                 "synonym_threshold", "link_threshold")
+
+
+def peek_index_meta(path) -> dict | None:
+    """``index.json`` of the index at ``path`` (or of the complete backup a killed save left),
+    read without loading the index; None when there is none (``Index.load`` says why)."""
+    import json
+
+    for folder in (Path(path), Path(path).with_name(Path(path).name + ".bak")):
+        try:
+            meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        return meta if isinstance(meta, dict) else None
+    return None
+
+
+def index_encoder_config(meta: dict, runtime: EncoderConfig | None = None) -> EncoderConfig:
+    """The config of the encoder an index was built with, from its ``index.json`` meta.
+
+    Read from ``meta["encoder_config"]`` (indexes since the encoder prompts), else the build
+    config of ``hpengine index`` (``meta["build_config"]["encoder"]``), else the recorded name
+    ``"NAME|pooling=..|normalize=.."`` (prompts as recorded in ``encoder_prompts``). The space
+    fields (model, max_length, pooling, normalisation, prompts, thresholds) are the index's;
+    the run-time fields (device, dtype, batch sizes, local_files_only) are ``runtime``'s.
+
+    Raises:
+        UserError: the meta records no encoder (an index built with ``Encoder.from_model`` or a
+            custom encoder: name one with ``encoder=``).
+    """
+    from dataclasses import fields, replace
+
+    from hpengine.errors import UserError
+
+    runtime = runtime or EncoderConfig()
+    recorded = meta.get("encoder_config") or (meta.get("build_config") or {}).get("encoder")
+    if not isinstance(recorded, dict):
+        name = meta.get("encoder")
+        parts = name.split("|") if isinstance(name, str) else []
+        options = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+        if len(parts) < 2 or set(options) - {"pooling", "normalize", "query_prompt", "passage_prompt"}:
+            raise UserError(f"the index records no encoder config to rebuild its encoder from; name it with "
+                            f"encoder=... (got encoder {name!r})")
+        prompts = meta.get("encoder_prompts") or {}
+        recorded = {"name_or_path": parts[0], "pooling": options.get("pooling", "mean"),
+                    "normalize": options.get("normalize", "True") == "True",
+                    "query_prompt": prompts.get("query", ""), "passage_prompt": prompts.get("passage", "")}
+    known = {f.name for f in fields(EncoderConfig)}
+    space = {k: recorded[k] for k in _SPACE_FIELDS if k in recorded and k in known}
+    if "synonym_threshold" not in recorded and meta.get("synonym_threshold") is not None:
+        space["synonym_threshold"] = meta["synonym_threshold"]
+    prompts = meta.get("encoder_prompts")
+    if isinstance(prompts, dict):  # the prompts the index was embedded with, whatever the folder says now
+        space["query_prompt"], space["passage_prompt"] = prompts.get("query", ""), prompts.get("passage", "")
+    return replace(runtime, **space)
+
+
+def check_encoder(meta: dict, name: str, where: str = "the index") -> None:
+    """Refuse an encoder ``name`` (model, pooling, normalisation, prompts) that is not the index's.
+
+    Raises:
+        UserError: one line naming both encoders.
+    """
+    from hpengine.errors import UserError
+
+    built = meta.get("encoder")
+    if built is not None and built != name:
+        raise UserError(f"{where} was built with encoder {built!r}; leave encoder= unset to use it, or rebuild "
+                        f"the index with this encoder (got {name!r})")
+
+
+def encoder_for_index(meta: dict, cfg: EncoderConfig | None = None, where: str = "the index"):
+    """The encoder to query an index with: the index's own (``cfg`` None or with an empty
+    ``name_or_path``; ``cfg``'s run-time fields apply), or ``cfg``'s, which must be the index's
+    (checked before the model loads).
+
+    Raises:
+        UserError: ``cfg`` names another encoder than the index's, or the model folder is missing.
+    """
+    from hpengine.models import Encoder
+
+    if cfg is None or not cfg.name_or_path:
+        cfg = index_encoder_config(meta, cfg)
+    check_encoder(meta, Encoder.name_of(cfg), where)
+    return make_encoder(cfg)
+
+
 def make_extractor(cfg: ExtractorConfig, out_dir: str | None = None):
     """The configured extractor; the LLM cache defaults to ``<out>.extract_cache`` beside the index."""
     if cfg.kind == "fast":

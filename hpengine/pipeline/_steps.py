@@ -51,10 +51,13 @@ class QASteps:
         return self.reader is not None
 
     # ------------------------------------------------------------ retrieval
-    def encode(self, texts: list) -> Tensor:
-        """float ``[len(texts), D]`` on the index's device and in its embedding dtype."""
+    def encode(self, texts: list, kind: str = "query") -> Tensor:
+        """float ``[len(texts), D]`` on the index's device and in its embedding dtype.
+
+        ``kind`` is the encoder's prompt kind: ``"query"`` (the default: questions, sub-queries,
+        search texts, question mentions) or ``"passage"`` (a text compared as a document)."""
         with self.timer.stage("encode"):
-            return self.encoder.encode(texts).to(self.index.device, self.index.fact_emb.dtype)
+            return self.encoder.encode(texts, kind=kind).to(self.index.device, self.index.fact_emb.dtype)
 
     def fact_index(self):
         """The :class:`~hpengine.retrieval.DenseIndex` over fact embeddings (built once)."""

@@ -20,14 +20,18 @@ class HashingEncoder:
         self.name = f"{name}-{dim}"
         self.calls = 0
         self.texts_encoded = 0
+        self.kinds: list = []  # the kind= of each call, in order
 
     def _features(self, text: str) -> list[int]:
         words = re.findall(r"\w+", text.lower())
         grams = [w[i:i + 3] for w in words for i in range(max(1, len(w) - 2))]
         return [int(hashlib.md5(g.encode()).hexdigest()[:8], 16) % self.dim for g in words + grams]
 
-    def encode(self, texts: list, progress: bool = False, batch_size=None) -> Tensor:
+    def encode(self, texts: list, progress: bool = False, batch_size=None, kind: str = "passage") -> Tensor:
+        if kind not in ("query", "passage"):
+            raise ValueError(f"kind must be one of ['query', 'passage'] (got {kind!r})")
         self.calls += 1
+        self.kinds.append(kind)
         self.texts_encoded += len(texts)
         out = torch.zeros(len(texts), self.dim)
         for i, t in enumerate(texts):

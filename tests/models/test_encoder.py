@@ -1,4 +1,5 @@
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +142,104 @@ def test_real_minilm_semantics_and_sentence_transformers_parity():
     assert cos.min() > 0.999, cos
     bf16 = Encoder(EncoderConfig(dtype="bfloat16")).encode(TEXTS)
     assert (bf16 * ref).sum(-1).min() > 0.99
+
+
+# ------------------------------------------------------------------ prompts by kind
+def test_prompts_reach_the_model_by_kind(tiny):
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="tiny", max_length=64, query_prompt="query: ",
+                             passage_prompt="passage: ")
+    texts = ["Paris", "Who directed Jaws?"]
+    seen = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(kwargs["input_ids"]),
+                                           with_kwargs=True)
+    query, passage = enc.encode(texts, kind="query"), enc.encode(texts)  # passage is the default kind
+    hook.remove()
+    decoded = [tokenizer.decode(ids[ids != tokenizer.pad_token_id], skip_special_tokens=True) for ids in seen[0]]
+    assert sorted(decoded) == sorted(tokenizer.decode(tokenizer("query: " + t)["input_ids"], skip_special_tokens=True)
+                                     for t in texts)
+    torch.testing.assert_close(query, _reference(model, tokenizer, ["query: " + t for t in texts]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(passage, _reference(model, tokenizer, ["passage: " + t for t in texts]), atol=1e-5,
+                               rtol=1e-5)
+    assert not torch.allclose(query, passage)
+    assert enc.name == "tiny|pooling=mean|normalize=True|query_prompt='query: '|passage_prompt='passage: '"
+    with pytest.raises(ValueError, match=r"kind must be one of \['query', 'passage'\] \(got 'question'\)"):
+        enc.encode(texts, kind="question")
+
+
+def test_no_prompts_keep_the_old_name_and_output(tiny):
+    """Prompt-free encoders (MiniLM) keep the name of every index built before prompts, and both
+    kinds embed the same."""
+    model, tokenizer = tiny
+    enc = Encoder.from_model(model, tokenizer, name="minilm", max_length=64)
+    assert enc.name == "minilm|pooling=mean|normalize=True"
+    torch.testing.assert_close(enc.encode(TEXTS, kind="query"), enc.encode(TEXTS, kind="passage"))
+
+
+@pytest.fixture
+def st_folder(tiny, tmp_path):
+    """The tiny BERT saved as a sentence-transformers folder that declares E5-style prompts."""
+    import json
+
+    model, tokenizer = tiny
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"query": "query: ", "document": "passage: "}}))
+    return tmp_path
+
+
+def test_folder_prompts_and_explicit_override(st_folder):
+    cfg = EncoderConfig(name_or_path=str(st_folder), dtype="float32", max_length=64)
+    enc = Encoder(cfg)
+    assert enc.prompts == {"query": "query: ", "passage": "passage: "}  # "document" counts as passage
+    assert Encoder.name_of(cfg) == enc.name and enc.config is cfg
+    off = EncoderConfig(name_or_path=str(st_folder), dtype="float32", max_length=64, query_prompt="",
+                        passage_prompt="doc: ")
+    assert Encoder(off).prompts == {"query": "", "passage": "doc: "} and Encoder.name_of(off).endswith("'doc: '")
+    with pytest.raises(ValueError, match="name_or_path is empty"):
+        Encoder(EncoderConfig(name_or_path=""))
+
+
+def test_built_alias_without_folder_says_how_to_build(tmp_path, monkeypatch):
+    from hpengine.errors import UserError
+
+    monkeypatch.setenv("HPENGINE_MODELS", str(tmp_path))
+    with pytest.raises(UserError) as err:
+        resolve_model_path("e5-small")
+    message = str(err.value)
+    assert "\n" not in message and str(tmp_path / "multilingual-e5-small") in message
+    assert "get_embedder.py multilingual-e5-small" in message
+    with pytest.raises(UserError, match="get_embedder.py"):
+        Encoder.name_of(EncoderConfig(name_or_path="e5-small"))
+
+
+def _e5_folder():
+    from hpengine.models._encoder import models_dir
+
+    for root in (models_dir(), Path("/work/models")):
+        if (root / "multilingual-e5-small" / "config.json").is_file():
+            return root
+    return None
+
+
+@pytest.mark.slow
+def test_real_e5_small_with_its_preset(monkeypatch):
+    """The folder get_embedder.py builds, with conf/encoder/e5-small.yaml (skipped when not built)."""
+    from omegaconf import OmegaConf
+
+    root = _e5_folder()
+    if root is None:
+        pytest.skip("multilingual-e5-small not built (python ../shared/models/get_embedder.py multilingual-e5-small)")
+    monkeypatch.setenv("HPENGINE_MODELS", str(root))
+    preset = OmegaConf.load(Path(__file__).parents[2] / "conf" / "encoder" / "e5-small.yaml")
+    preset.pop("defaults")
+    cfg = EncoderConfig(**{**OmegaConf.to_container(preset), "dtype": "float32"})
+    enc = Encoder(cfg)
+    assert enc.dim == 384 and enc.prompts == {"query": "query: ", "passage": "passage: "}
+    q = enc.encode(["Who wrote the play Hamlet?"], kind="query")
+    p = enc.encode(["Hamlet is a tragedy written by William Shakespeare.", "Bananas are yellow fruit."])
+    sims = (q @ p.T)[0]
+    assert sims[0] > sims[1]
+    # the prompt matters: the same text embedded as a passage is another vector
+    assert (q - enc.encode(["Who wrote the play Hamlet?"])).norm() > 1e-3

@@ -176,9 +176,9 @@ class RecordingEncoder(HashingEncoder):
         super().__init__(dim=dim)
         self.seen = []
 
-    def encode(self, texts, progress=False, batch_size=None):
+    def encode(self, texts, progress=False, batch_size=None, kind="passage"):
         self.seen.append(list(texts))
-        return super().encode(texts)
+        return super().encode(texts, kind=kind)
 
 
 @pytest.mark.parametrize("template,anchored,by_answers", [("{subquery} {question}", True, False),

@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 import torch
 
-from hpengine.config import DenseConfig, EngineConfig, HyperProveConfig, PPRConfig
+from hpengine.config import DenseConfig, EncoderConfig, EngineConfig, HyperProveConfig, PPRConfig
 from hpengine.models import MentionTagger
 from hpengine.pipeline import Engine, Prediction, Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers import PPRRetriever
@@ -126,10 +126,14 @@ def _reference_personalization(index, encoder, question, cfg, tagger):
     def add(node, w):
         mass[node] = mass.get(node, 0.0) + w
 
+    # unset, the threshold is the encoder's (the hashing encoder has none: EncoderConfig's, MiniLM's 0.6)
+    threshold = getattr(encoder, "link_threshold", EncoderConfig.link_threshold) if cfg.link_threshold is None \
+        else cfg.link_threshold
+
     def link(text_emb, k):
         sims = (ent @ text_emb.double()).tolist()
         for e in sorted(range(v), key=lambda i: -sims[i])[:k]:
-            if sims[e] >= cfg.link_threshold:
+            if sims[e] >= threshold:
                 add(e, weight(e, sims[e]))
 
     if cfg.use_ner:

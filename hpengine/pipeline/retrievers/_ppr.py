@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.config import PPRConfig
+from hpengine.config import EncoderConfig, PPRConfig
 from hpengine.pipeline._ranking import compact, first_occurrence
 from hpengine.pipeline._types import HopRecord, Prediction
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
@@ -68,6 +68,11 @@ class PPRRetriever(Retriever):
         pairs = torch.unique(g.fact_entity[1] * p + idx.fact_passage[g.fact_entity[0]])
         self.entity_passages = torch.bincount(pairs // p, minlength=v).to(idx.fact_emb.device)  # [V]
         self._tagger = None
+        # a cosine threshold is on the encoder's scale: unset, it is the encoder's (E5's cosines sit higher)
+        threshold = self.config.link_threshold
+        if threshold is None:
+            threshold = getattr(steps.encoder, "link_threshold", EncoderConfig.link_threshold)
+        self.link_threshold = float(threshold)
 
     @property
     def tagger(self):
@@ -95,7 +100,7 @@ class PPRRetriever(Retriever):
         q = len(questions)
         rows, nodes, weights = [], [], []
         for row, ent, sim in self._entity_links(questions, question_emb):
-            keep = (ent >= 0) & (sim >= cfg.link_threshold)
+            keep = (ent >= 0) & (sim >= self.link_threshold)
             rows.append(row[keep])
             nodes.append(ent[keep])
             weights.append(self._seed_weight(ent[keep], sim[keep]))
@@ -150,7 +155,8 @@ class PPRRetriever(Retriever):
             flat = [m for ms in mentions for m in ms]
             if flat:
                 owner = torch.tensor([i for i, ms in enumerate(mentions) for _ in ms], device=question_emb.device)
-                sim, ent = dense_topk(s.encode(flat), idx.entity_emb, min(cfg.links_per_mention, v))
+                # a mention is a piece of the question: query prompt (docs/DESIGN.md, "Encoder prompts")
+                sim, ent = dense_topk(s.encode(flat, kind="query"), idx.entity_emb, min(cfg.links_per_mention, v))
                 yield owner.unsqueeze(1).expand_as(ent), ent, sim
         if cfg.link_question and cfg.links_per_question > 0 and v:
             sim, ent = dense_topk(question_emb, idx.entity_emb, min(cfg.links_per_question, v))
