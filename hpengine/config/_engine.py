@@ -169,9 +169,12 @@ class GragConfig(EngineConfig):
     seeds: int = 6  # n: top nodes by cosine (entity and summary nodes) per (sub-)question
     hops: int = 3  # k: expansion depth from each seed
     decay: float = 0.5  # lambda: score' = score * exp(-lambda d)
-    threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbourhood
+    threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbours
+    max_over_seed: bool = False  # take that max over the seed too (its undecayed score then keeps ~nothing)
     diversity: float = 0.5  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
-    rerank_candidates: int = 20  # candidate passages reranked (the best by bi-encoder cosine)
+    rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph_weight * support)
+    dense_candidates: int = 0  # the question's top dense passages added to the graph's candidates
+    graph_weight: float = 0.0  # rerank score = reranker score + graph_weight * graph support (best kept score')
     reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder cosine
     reranker_batch_size: int = 32
     paths: int = 3  # P: reasoning paths per question (LLM mode)
@@ -189,3 +192,5 @@ class GragConfig(EngineConfig):
         _check_range("engine.decay", self.decay, 0.0)
         _check_range("engine.threshold", self.threshold, 0.0, 1.0)
         _check_range("engine.diversity", self.diversity, 0.0)
+        _check_range("engine.dense_candidates", self.dense_candidates, 0)
+        _check_range("engine.graph_weight", self.graph_weight, 0.0)

@@ -1,7 +1,9 @@
-"""Batched retrieval: dense top-k, random-walk subgraphs, bounded BFS, the HyperProve hop and PPR."""
+"""Batched retrieval: dense top-k, random-walk subgraphs, bounded BFS, the HyperProve hop, PPR and
+GRAG-MH's decayed expansion."""
 from hpengine.retrieval._bfs import batched_bfs
 from hpengine.retrieval._chunking import HopPlan, plan_hop
 from hpengine.retrieval._dense import DenseIndex, dense_topk
+from hpengine.retrieval._grag import candidate_passages, candidate_support, decayed_expansion, diverse_rerank
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
 from hpengine.retrieval._ppr import personalized_pagerank, ppr_chunk_size
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
@@ -11,7 +13,11 @@ __all__ = [
     "HopPlan",
     "HopResult",
     "batched_bfs",
+    "candidate_passages",
+    "candidate_support",
+    "decayed_expansion",
     "dense_topk",
+    "diverse_rerank",
     "hyperprove_hop",
     "personalized_pagerank",
     "plan_hop",
@@ -20,7 +26,3 @@ __all__ = [
     "top_visited",
     "walk_visits",
 ]
-
-from hpengine.retrieval._grag import candidate_passages, decayed_expansion, diverse_rerank
-
-__all__ += ["candidate_passages", "decayed_expansion", "diverse_rerank"]

@@ -9,15 +9,18 @@ from torch import Tensor
 
 from hpengine.sparse import gather_csr_rows
 
-__all__ = ["candidate_passages", "decayed_expansion", "diverse_rerank"]
+__all__ = ["candidate_passages", "candidate_support", "decayed_expansion", "diverse_rerank"]
 
 
 def decayed_expansion(adjacency: Tensor, seeds: Tensor, node_scores: Tensor, *, hops: int, decay: float,
-                      threshold: float, query_chunk_size: int = 32) -> tuple[Tensor, Tensor]:
+                      threshold: float, query_chunk_size: int = 32,
+                      max_over_seed: bool = False) -> tuple[Tensor, Tensor]:
     """Nodes kept around each question's seeds: ``score' = score * exp(-decay * d)`` with ``d`` the
-    hop distance from the seed (``d <= hops``); ``v`` is kept for a seed when ``score'(v) >=
-    threshold * max score'`` over that seed's neighbourhood (the seed included). A question keeps
-    the union over its seeds, each node with its best ``score'``.
+    hop distance from the seed (``d <= hops``). Every seed is kept; a neighbour ``v`` (``1 <= d <=
+    hops``) is kept for a seed when ``score'(v) >= threshold * max score'`` over that seed's
+    neighbours (``max_over_seed=True``: over its neighbours and the seed itself, whose undecayed
+    score then usually keeps nothing else). A question keeps the union over its seeds, each node
+    with its best ``score'``.
 
     The expansion is a sparse frontier expansion: all (question, seed) rows of a chunk advance
     together, one SpMM of the CSR adjacency with the ``[N, R]`` frontier per hop (loops over hops
@@ -29,6 +32,7 @@ def decayed_expansion(adjacency: Tensor, seeds: Tensor, node_scores: Tensor, *, 
         node_scores: float ``[Q, N]`` non-negative node scores (cosine with the question, clamped).
         hops: k; decay: lambda; threshold: tau in [0, 1].
         query_chunk_size: questions per SpMM block (bounds the ``[N, chunk * S]`` blocks).
+        max_over_seed: include the seed in the neighbourhood maximum (see above).
 
     Returns:
         ``(is_kept, scores)``: bool ``[Q, N]`` and float32 ``[Q, N]`` (best ``score'`` over the
@@ -70,9 +74,10 @@ def decayed_expansion(adjacency: Tensor, seeds: Tensor, node_scores: Tensor, *, 
         reached = dist <= hops  # [N, R]
         scores = node_scores[start:start + qc].float().repeat_interleave(s, dim=0).t()  # [N, R]
         decayed = scores * decay_of[dist.clamp(max=hops)]
-        decayed = torch.where(reached, decayed, torch.full_like(decayed, -1.0))
-        best = decayed.max(dim=0, keepdim=True).values  # [1, R] the seed's neighbourhood max
-        keep = reached & (decayed >= threshold * best)
+        is_seed = dist == 0
+        pool = reached if max_over_seed else reached & ~is_seed
+        best = torch.where(pool, decayed, torch.full_like(decayed, -1.0)).max(dim=0, keepdim=True).values  # [1, R]
+        keep = is_seed | (reached & (decayed >= threshold * best))
         kept_score = torch.where(keep, decayed, torch.full_like(decayed, -1.0))
         per_q = kept_score.t().reshape(qc, s, n).max(dim=1).values  # best over the question's seeds
         is_kept[start:start + qc] = per_q >= 0
@@ -91,11 +96,32 @@ def candidate_passages(is_kept: Tensor, node_passage_crow: Tensor, node_passage_
         ...                    torch.tensor([0, 2, 1]), 3).tolist()
         [[True, False, True]]
     """
+    zeros = torch.zeros(is_kept.shape, dtype=torch.float32, device=is_kept.device)
+    return torch.isfinite(candidate_support(is_kept, zeros, node_passage_crow, node_passage_col, num_passages))
+
+
+def candidate_support(is_kept: Tensor, node_scores: Tensor, node_passage_crow: Tensor, node_passage_col: Tensor,
+                      num_passages: int) -> Tensor:
+    """float ``[Q, P]``: each candidate passage's graph support, the best ``score'`` of the kept
+    nodes it belongs to; ``-inf`` for a passage of no kept node.
+
+    One host sync (the number of kept (question, node) pairs sizes the gather).
+
+    Args:
+        is_kept: bool ``[Q, N]``; node_scores: float ``[Q, N]`` (``score'`` of
+            :func:`decayed_expansion`); node_passage_crow / col: CSR ``[N + 1]`` / ``[nnz]``.
+
+    Example:
+        >>> candidate_support(torch.tensor([[True, True]]), torch.tensor([[0.5, 0.75]]),
+        ...                   torch.tensor([0, 2, 3]), torch.tensor([0, 2, 2]), 3).tolist()
+        [[0.5, -inf, 0.75]]
+    """
     q = is_kept.shape[0]
-    out = torch.zeros(q * num_passages, dtype=torch.bool, device=is_kept.device)
+    out = torch.full((q * num_passages,), -math.inf, dtype=torch.float32, device=is_kept.device)
     row, node = is_kept.nonzero(as_tuple=True)  # host sync: the kept pairs, once per batch
     pos, passage = gather_csr_rows(node_passage_crow, node_passage_col, node)
-    out[row[pos] * num_passages + passage] = True
+    value = node_scores[row, node].float()[pos]
+    out.scatter_reduce_(0, row[pos] * num_passages + passage, value, reduce="amax")
     return out.view(q, num_passages)
 
 

@@ -110,8 +110,9 @@ def test_save_load_round_trip_and_old_index_refused(built, tmp_path):
 
 
 # ------------------------------------------------------------------ query side
-def _reference_expansion(edges, n, seeds, scores, hops, decay, threshold):
-    """One question: networkx shortest paths per seed, explicit decay and threshold."""
+def _reference_expansion(edges, n, seeds, scores, hops, decay, threshold, max_over_seed=False):
+    """One question: networkx shortest paths per seed, explicit decay and threshold; every seed is
+    kept, a neighbour when its score' reaches threshold * the best neighbour's (or the seed's)."""
     g = nx.Graph()
     g.add_nodes_from(range(n))
     g.add_edges_from(edges)
@@ -121,9 +122,10 @@ def _reference_expansion(edges, n, seeds, scores, hops, decay, threshold):
             continue
         dist = nx.single_source_shortest_path_length(g, s, cutoff=hops)
         dec = {v: scores[v] * math.exp(-decay * d) for v, d in dist.items()}
-        best = max(dec.values())
+        pool = [x for v, x in dec.items() if max_over_seed or v != s]
+        best = max(pool) if pool else 0.0
         for v, x in dec.items():
-            if x >= threshold * best:
+            if v == s or x >= threshold * best:
                 kept[v] = max(kept.get(v, -1.0), x)
     return kept
 
@@ -139,10 +141,12 @@ def test_decayed_expansion_matches_networkx_on_random_graphs(seed):
     scores = torch.rand(q, n, generator=torch.Generator().manual_seed(seed))
     seeds = torch.tensor([[rng.randrange(n) for _ in range(s)] for _ in range(q)])
     seeds[0, 2] = -1
-    for hops, decay, tau in ((3, 0.5, 0.6), (1, 0.2, 0.3), (2, 1.0, 0.0)):
-        kept, best = decayed_expansion(adj, seeds, scores, hops=hops, decay=decay, threshold=tau, query_chunk_size=2)
+    for hops, decay, tau, over_seed in ((3, 0.5, 0.6, False), (3, 0.5, 0.6, True), (1, 0.2, 0.3, False),
+                                        (2, 1.0, 0.0, True)):
+        kept, best = decayed_expansion(adj, seeds, scores, hops=hops, decay=decay, threshold=tau, query_chunk_size=2,
+                                       max_over_seed=over_seed)
         for i in range(q):
-            ref = _reference_expansion(edges, n, seeds[i].tolist(), scores[i].tolist(), hops, decay, tau)
+            ref = _reference_expansion(edges, n, seeds[i].tolist(), scores[i].tolist(), hops, decay, tau, over_seed)
             assert set(torch.nonzero(kept[i]).flatten().tolist()) == set(ref)
             for v, x in ref.items():
                 assert best[i, v].item() == pytest.approx(x, abs=1e-5)
@@ -180,19 +184,27 @@ def _reference_search(index, node_emb, is_graph, edges, node_passages, q_emb, cf
     n = node_emb.shape[0]
     sims = (node_emb.double() @ q_emb.double()).tolist()
     order = sorted((v for v in range(n) if is_graph[v]), key=lambda v: -sims[v])[: cfg.seeds]
-    kept = _reference_expansion(edges, n, order, [max(x, 0.0) for x in sims], cfg.hops, cfg.decay, cfg.threshold)
-    cands = sorted({p for v in kept for p in node_passages[v]})
+    kept = _reference_expansion(edges, n, order, [max(x, 0.0) for x in sims], cfg.hops, cfg.decay, cfg.threshold,
+                                cfg.max_over_seed)
+    support = {}
+    for v, x in kept.items():
+        for p in node_passages[v]:
+            support[p] = max(support.get(p, -math.inf), x)
     pcos = (index.passage_emb.double() @ q_emb.double()).tolist()
-    top = sorted(cands, key=lambda p: -pcos[p])[: cfg.rerank_candidates]
+    dense = sorted(range(index.num_passages), key=lambda p: -pcos[p])
+    for p in dense[: cfg.dense_candidates]:
+        support[p] = max(support.get(p, 0.0), 0.0)
+    combined = {p: pcos[p] + cfg.graph_weight * max(x, 0.0) for p, x in support.items()}
+    top = sorted(combined, key=lambda p: -combined[p])[: cfg.rerank_candidates]
     emb = index.passage_emb[top].tolist()
-    picks, vals = _reference_diverse([pcos[p] for p in top], emb, cfg.diversity, width)
+    picks, vals = _reference_diverse([combined[p] for p in top], emb, cfg.diversity, width)
     chosen = [top[j] for j in picks]
-    dense = sorted(range(index.num_passages), key=lambda p: -pcos[p])[:width]
-    return (chosen + [p for p in dense if p not in chosen])[:width], vals, pcos
+    return (chosen + [p for p in dense[:width] if p not in chosen])[:width], vals, combined
 
 
-@pytest.mark.parametrize("cfg", [GragConfig(), GragConfig(seeds=3, hops=2, decay=0.2, threshold=0.3, diversity=0.3,
-                                                          rerank_candidates=8)])
+@pytest.mark.parametrize("cfg", [GragConfig(), GragConfig(max_over_seed=True),
+                                 GragConfig(seeds=3, hops=2, decay=0.2, threshold=0.3, diversity=0.3, rerank_candidates=8),
+                                 GragConfig(dense_candidates=7, graph_weight=0.4, diversity=0.1, rerank_candidates=12)])
 def test_search_matches_per_question_reference(built, cfg):
     index, _, encoder, questions, _ = built
     engine = Engine(index, encoder, config=cfg)
@@ -216,13 +228,17 @@ def test_search_matches_per_question_reference(built, cfg):
     q_emb = engine.steps.encode(questions)
     found = search.search(questions, q_emb, cfg.passage_width)
     for i in range(len(questions)):
-        ranked, vals, pcos = _reference_search(index, search.node_emb, search.is_graph_node.tolist(), edges,
-                                               node_passages, q_emb[i], cfg, cfg.passage_width)
+        ranked, vals, combined = _reference_search(index, search.node_emb, search.is_graph_node.tolist(), edges,
+                                                   node_passages, q_emb[i], cfg, cfg.passage_width)
         got = found["ranked"][i].tolist()
         assert found["scores"][i, : len(vals)].tolist() == pytest.approx(vals, abs=1e-5)
-        # ids up to ties: equal cosines may swap
-        for a, b in zip(got, ranked):
-            assert a == b or pcos[a] == pytest.approx(pcos[b], abs=1e-6)
+        # ids up to ties: equal scores may swap (the dense fill is compared by its cosine)
+        pcos = (index.passage_emb.double() @ q_emb[i].double()).tolist()
+        for j, (a, b) in enumerate(zip(got, ranked)):
+            if j < len(vals):
+                assert a == b or combined[a] == pytest.approx(combined[b], abs=1e-6)
+            else:
+                assert a == b or pcos[a] == pytest.approx(pcos[b], abs=1e-6)
 
 
 def test_grag_batched_equals_one_by_one(built):

@@ -63,15 +63,17 @@ class GragSearch:
         ids = torch.where(torch.isfinite(top), ids, torch.full_like(ids, -1))
         return ids, sim.clamp_min(0)
 
-    def rerank(self, texts: list, query_emb: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        """The best ``rerank_candidates`` candidates by bi-encoder cosine, then their rerank score
-        (cosine, or the cross-encoder's sigmoid): ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``,
-        in descending score order."""
+    def rerank(self, texts: list, query_emb: Tensor, support: Tensor) -> tuple[Tensor, Tensor]:
+        """Rerank each question's candidates (the passages with a finite ``support``): the best
+        ``rerank_candidates`` by ``cosine + graph_weight * support``, then their rerank score
+        (that sum, or the cross-encoder's sigmoid in place of the cosine):
+        ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``, in descending score order."""
         idx, cfg = self.index, self.cfg
         cos = query_emb.float() @ idx.passage_emb.float().t()  # [Q, P]
-        cos = torch.where(candidates, cos, torch.full_like(cos, -torch.inf))
+        bonus = cfg.graph_weight * support.clamp_min(0)
+        pre = torch.where(torch.isfinite(support), cos + bonus, torch.full_like(cos, -torch.inf))
         c = min(cfg.rerank_candidates, idx.num_passages)
-        score, ids = torch.topk(cos, c, dim=1)
+        score, ids = torch.topk(pre, c, dim=1)
         valid = torch.isfinite(score)
         ids = torch.where(valid, ids, torch.full_like(ids, -1))
         if self.reranker is not None:
@@ -79,7 +81,7 @@ class GragSearch:
             ps = idx.passages
             ce = self.reranker.score([texts[qi] for qi, _ in pairs], [f"{ps[p].title}: {ps[p].text}" for _, p in pairs])
             score = score.clone()
-            score[valid] = torch.sigmoid(ce.float()).to(score.device)
+            score[valid] = torch.sigmoid(ce.float()).to(score.device) + bonus.gather(1, ids.clamp_min(0))[valid]
             score, order = torch.sort(score, dim=1, descending=True, stable=True)
             ids = ids.gather(1, order)
         return ids, score
@@ -92,25 +94,30 @@ class GragSearch:
             ``{"ranked" [Q, width], "scores" [Q, width] (s' of the candidate part, else 0),
             "seeds" [Q, n], "kept" [Q] kept nodes, "candidates" [Q]}``.
         """
-        from hpengine.retrieval import candidate_passages, decayed_expansion, dense_topk, diverse_rerank
+        from hpengine.retrieval import candidate_support, decayed_expansion, dense_topk, diverse_rerank
 
         idx, cfg = self.index, self.cfg
         seeds, node_scores = self.seeds(query_emb)
-        is_kept, _ = decayed_expansion(self.adjacency, seeds, node_scores, hops=cfg.hops, decay=cfg.decay,
-                                       threshold=cfg.threshold, query_chunk_size=cfg.query_chunk_size)
-        cand = candidate_passages(is_kept, self.np_crow, self.np_col, idx.num_passages)
-        ids, score = self.rerank(texts, query_emb, cand)
+        is_kept, kept_scores = decayed_expansion(self.adjacency, seeds, node_scores, hops=cfg.hops, decay=cfg.decay,
+                                                 threshold=cfg.threshold, query_chunk_size=cfg.query_chunk_size,
+                                                 max_over_seed=cfg.max_over_seed)
+        support = candidate_support(is_kept, kept_scores, self.np_crow, self.np_col, idx.num_passages)
+        dense = dense_topk(query_emb, idx.passage_emb, min(max(width, cfg.dense_candidates), idx.num_passages))[1]
+        if cfg.dense_candidates:  # dense's top passages join the candidates with no graph support
+            top = dense[:, : cfg.dense_candidates]
+            support.scatter_(1, top, support.gather(1, top).clamp_min(0))
+        ids, score = self.rerank(texts, query_emb, support)
         emb = idx.passage_emb[ids.clamp_min(0)]  # [Q, C, D]
         order, penalised = diverse_rerank(score, emb, diversity=cfg.diversity, k=width)
         chosen = torch.where(order >= 0, ids.gather(1, order.clamp_min(0)), torch.full_like(order, -1))
-        dense = dense_topk(query_emb, idx.passage_emb, min(width, idx.num_passages))[1]
+        dense = dense[:, :width]
         merged = torch.cat([chosen, dense], dim=1)
         ranked = compact(merged, first_occurrence(merged), width)
         scores = torch.zeros(ranked.shape, dtype=torch.float32, device=ranked.device)
         k = chosen.shape[1]
         scores[:, :k] = torch.where(order >= 0, penalised, torch.zeros_like(penalised))
         return {"ranked": ranked, "scores": scores, "seeds": seeds, "kept": is_kept.sum(dim=1),
-                "candidates": cand.sum(dim=1)}
+                "candidates": torch.isfinite(support).sum(dim=1)}
 
 
 @register_retriever
