@@ -17,7 +17,7 @@ from hpengine.models import DependencyTripleExtractor, LLMTripleExtractor, parse
 from hpengine.models import GenerateResult
 from hpengine.pipeline import Engine
 from hpengine.pipeline._grag_job import build_grag
-from hpengine.retrieval import decayed_expansion, diverse_rerank
+from hpengine.retrieval import candidate_passages, candidate_support, decayed_expansion, diverse_rerank
 from hpengine.testing._fakes import HashingEncoder
 
 
@@ -150,6 +150,27 @@ def test_decayed_expansion_matches_networkx_on_random_graphs(seed):
             assert set(torch.nonzero(kept[i]).flatten().tolist()) == set(ref)
             for v, x in ref.items():
                 assert best[i, v].item() == pytest.approx(x, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_candidate_support_matches_loops(seed):
+    g = torch.Generator().manual_seed(seed)
+    q, n, p = 4, 12, 9
+    node_passages = [sorted(set(torch.randint(0, p, (int(torch.randint(0, 4, (1,), generator=g)),),
+                                              generator=g).tolist())) for _ in range(n)]
+    crow = torch.tensor([0] + [len(x) for x in node_passages]).cumsum(0)
+    col = torch.tensor([c for x in node_passages for c in x], dtype=torch.int64)
+    kept = torch.rand(q, n, generator=g) < 0.4
+    scores = torch.where(kept, torch.rand(q, n, generator=g), torch.zeros(q, n))
+    got = candidate_support(kept, scores, crow, col, p)
+    assert torch.equal(torch.isfinite(got), candidate_passages(kept, crow, col, p))
+    for i in range(q):
+        ref = [-math.inf] * p
+        for v in range(n):
+            if kept[i, v]:
+                for c in node_passages[v]:
+                    ref[c] = max(ref[c], scores[i, v].item())
+        assert got[i].tolist() == pytest.approx(ref, abs=1e-7)
 
 
 def _reference_diverse(scores, emb, mu, k):
