@@ -18,6 +18,7 @@ from hpengine.models import GenerateResult
 from hpengine.pipeline import Engine
 from hpengine.pipeline._grag_job import build_grag
 from hpengine.retrieval import candidate_passages, candidate_support, decayed_expansion, diverse_rerank
+from hpengine.testing import with_devices
 from hpengine.testing._fakes import HashingEncoder
 
 
@@ -270,6 +271,29 @@ def test_grag_batched_equals_one_by_one(built):
     for a, b in zip(together, alone):
         assert a.passages == b.passages and a.answer == b.answer
         assert a.notes == b.notes == ["grag: reranker bi-encoder cosine"]
+
+
+@with_devices
+def test_decayed_expansion_and_support_on_device_equal_cpu(device):
+    g = torch.Generator().manual_seed(5)
+    n, q, s, p = 60, 6, 4, 30
+    a = (torch.rand(n, n, generator=g) < 0.06).float()
+    a = ((a + a.t()) > 0).float().fill_diagonal_(0)
+    scores = torch.rand(q, n, generator=g)
+    seeds = torch.randint(0, n, (q, s), generator=g)
+    crow = torch.arange(0, 2 * n + 1, 2)
+    col = torch.randint(0, p, (2 * n,), generator=g)
+    col = torch.stack([col.view(n, 2).min(1).values, col.view(n, 2).max(1).values], 1).view(-1)
+    out = {}
+    for dev in ("cpu", device):
+        adj = a.to(dev).to_sparse_csr()
+        kept, sc = decayed_expansion(adj, seeds.to(dev), scores.to(dev), hops=3, decay=0.5, threshold=0.6,
+                                     query_chunk_size=4)
+        sup = candidate_support(kept, sc, crow.to(dev), col.to(dev), p)
+        out[dev] = (kept.cpu(), sc.cpu(), sup.cpu())
+    assert torch.equal(out["cpu"][0], out[device][0])
+    assert torch.allclose(out["cpu"][1], out[device][1], atol=1e-6)
+    assert torch.allclose(out["cpu"][2], out[device][2], atol=1e-6)
 
 
 def test_cross_encoder_reranks_when_configured(built):
