@@ -3,6 +3,7 @@
     python benchmarks/bench_index.py --corpus ../shared/data/2wikimultihopqa/corpus.json --out /tmp/idx_2wiki
     python benchmarks/bench_index.py --corpus ../shared/data/hotpotqa/corpus.json --out /tmp/idx_hotpot
     python benchmarks/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_e5/musique --encoder e5-small
+    python benchmarks/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_g/musique --grag
 
 Each run is one process (peak RSS is per process). Prints the report as JSON and, with
 --label NAME, saves it to bench_results/index_NAME.json.
@@ -23,17 +24,19 @@ def main() -> None:
     ap.add_argument("--extractor", default="fast", choices=["fast", "llm"])
     ap.add_argument("--encoder", default="minilm", help="a preset of conf/encoder/ (minilm, e5-small) or a model folder")
     ap.add_argument("--encoder-dtype", default="bfloat16")
+    ap.add_argument("--grag", action="store_true", help="also build GRAG-MH's parts (grag.build=true)")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from hpengine.config import ExtractorConfig, IndexConfig
+    from hpengine.config import ExtractorConfig, GragBuildConfig, IndexConfig
     from hpengine.pipeline import format_report, run_index
 
     from _presets import encoder_preset
 
     cfg = IndexConfig(corpus=args.corpus, out=args.out, device=args.device,
                       extractor=ExtractorConfig(kind=args.extractor, device=args.device),
-                      encoder=encoder_preset(args.encoder, dtype=args.encoder_dtype, device=args.device))
+                      encoder=encoder_preset(args.encoder, dtype=args.encoder_dtype, device=args.device),
+                      grag=GragBuildConfig(build=args.grag, device=args.device))
     _, report = run_index(cfg, progress=False)
     report["out_bytes"] = sum(f.stat().st_size for f in Path(args.out).iterdir())
     print(format_report(report, args.out))
