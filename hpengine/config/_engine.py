@@ -125,10 +125,10 @@ class PPRConfig(EngineConfig):
     links_per_mention: int = 1  # entity names linked per mention (the best ones above the threshold)
     links_per_question: int = 3  # entity names linked to the whole question
     seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
-    fact_seeds: int = 5  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
+    fact_seeds: int = 2  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
     # HippoRAG 2 direction: the share of the restart mass put on passages, spread over the top
     # dense passages by their min-max normalised cosine (0: entities only; 1: passages only)
-    passage_reset: float = 0.2
+    passage_reset: float = 0.3
     fact_mass: float = 1.0  # passage score = its PPR mass + this * the mass of its facts
     chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass
     memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration
