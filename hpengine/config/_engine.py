@@ -86,7 +86,7 @@ class HyperProveConfig(EngineConfig):
 
     num_hops: int = 2  # no-LLM mode: fixed hops; with an LLM: the most sub-queries a plan may have
     bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
-    bridges_per_hop: int = 2  # no-LLM mode: bridges carried into the next query (bridge comparisons need two)
+    bridges_per_hop: int = 4  # no-LLM mode: bridges carried into the next query (comparisons need two; dev sweep: 4)
     link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
     passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order)
     # LLM mode: the ranking starts with the best passages of one hop on the whole question (the
