@@ -173,10 +173,10 @@ class GragConfig(EngineConfig):
     decay: float = 0.5  # lambda: score' = score * exp(-lambda d)
     threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbours
     max_over_seed: bool = False  # take that max over the seed too (its undecayed score then keeps ~nothing)
-    diversity: float = 0.1  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
-    rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph_weight * support)
+    diversity: float = 0.05  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
+    rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph bonus)
     dense_candidates: int = 20  # the question's top dense passages added to the graph's candidates
-    graph_weight: float = 0.2  # rerank score = reranker score + graph_weight * graph support (best kept score')
+    graph_weight: float = 0.1  # rerank score += this * the candidates' score range * support / max support
     reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder cosine
     reranker_batch_size: int = 32
     paths: int = 3  # P: reasoning paths per question (LLM mode)

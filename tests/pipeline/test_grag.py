@@ -216,7 +216,10 @@ def _reference_search(index, node_emb, is_graph, edges, node_passages, q_emb, cf
     dense = sorted(range(index.num_passages), key=lambda p: -pcos[p])
     for p in dense[: cfg.dense_candidates]:
         support[p] = max(support.get(p, 0.0), 0.0)
-    combined = {p: pcos[p] + cfg.graph_weight * max(x, 0.0) for p, x in support.items()}
+    spread = max(pcos[p] for p in support) - min(pcos[p] for p in support) if support else 0.0
+    top_support = max((max(x, 0.0) for x in support.values()), default=0.0)
+    combined = {p: pcos[p] + (cfg.graph_weight * spread * max(x, 0.0) / top_support if top_support > 0 else 0.0)
+                for p, x in support.items()}
     top = sorted(combined, key=lambda p: -combined[p])[: cfg.rerank_candidates]
     emb = index.passage_emb[top].tolist()
     picks, vals = _reference_diverse([combined[p] for p in top], emb, cfg.diversity, width)

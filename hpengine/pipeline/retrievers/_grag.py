@@ -63,15 +63,30 @@ class GragSearch:
         ids = torch.where(torch.isfinite(top), ids, torch.full_like(ids, -1))
         return ids, sim.clamp_min(0)
 
+    def graph_bonus(self, base: Tensor, support: Tensor) -> Tensor:
+        """``graph_weight * range(base) * support / max support`` per question, over the candidates
+        (finite ``support``): the graph's share in units of the question's own spread of rerank
+        scores, so one weight fits encoders whose cosines sit at different scales.
+
+        Shapes:
+            base, support ``[Q, C]`` (``-inf`` support: no candidate) -> ``[Q, C]`` (0 off candidates).
+        """
+        cand = torch.isfinite(support)
+        inf = torch.full_like(base, torch.inf)
+        spread = (torch.where(cand, base, -inf).amax(1, keepdim=True) - torch.where(cand, base, inf).amin(1, keepdim=True))
+        sup = torch.where(cand, support, torch.zeros_like(support)).clamp_min(0)
+        top = sup.amax(1, keepdim=True)
+        share = torch.where(top > 0, sup / top.clamp_min(1e-12), torch.zeros_like(sup))
+        return torch.where(cand, self.cfg.graph_weight * spread.nan_to_num(0.0, 0.0, 0.0) * share, torch.zeros_like(sup))
+
     def rerank(self, texts: list, query_emb: Tensor, support: Tensor) -> tuple[Tensor, Tensor]:
         """Rerank each question's candidates (the passages with a finite ``support``): the best
-        ``rerank_candidates`` by ``cosine + graph_weight * support``, then their rerank score
-        (that sum, or the cross-encoder's sigmoid in place of the cosine):
+        ``rerank_candidates`` by ``cosine +`` :meth:`graph_bonus`, then their rerank score (that
+        sum, or the cross-encoder's sigmoid plus its own graph bonus):
         ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``, in descending score order."""
         idx, cfg = self.index, self.cfg
         cos = query_emb.float() @ idx.passage_emb.float().t()  # [Q, P]
-        bonus = cfg.graph_weight * support.clamp_min(0)
-        pre = torch.where(torch.isfinite(support), cos + bonus, torch.full_like(cos, -torch.inf))
+        pre = torch.where(torch.isfinite(support), cos + self.graph_bonus(cos, support), torch.full_like(cos, -torch.inf))
         c = min(cfg.rerank_candidates, idx.num_passages)
         score, ids = torch.topk(pre, c, dim=1)
         valid = torch.isfinite(score)
@@ -80,8 +95,10 @@ class GragSearch:
             pairs = [(qi, p) for qi, row in enumerate(ids.tolist()) for p in row if p >= 0]  # text boundary
             ps = idx.passages
             ce = self.reranker.score([texts[qi] for qi, _ in pairs], [f"{ps[p].title}: {ps[p].text}" for _, p in pairs])
-            score = score.clone()
-            score[valid] = torch.sigmoid(ce.float()).to(score.device) + bonus.gather(1, ids.clamp_min(0))[valid]
+            base = torch.full_like(score, -torch.inf)
+            base[valid] = torch.sigmoid(ce.float()).to(score.device)
+            sup = torch.where(valid, support.gather(1, ids.clamp_min(0)), torch.full_like(score, -torch.inf))
+            score = torch.where(valid, base + self.graph_bonus(base.clamp_min(0), sup), base)
             score, order = torch.sort(score, dim=1, descending=True, stable=True)
             ids = ids.gather(1, order)
         return ids, score
