@@ -366,6 +366,17 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
     assert len(set(p1.passages)) == len(p1.passages)
 
 
+def test_llm_path_stops_when_the_planner_repeats_itself(built):
+    index, _, encoder, _, _ = built
+    q = "Where was the director of The Salt Lanterns born?"
+    plans = {(q, 0): ["Who directed The Salt Lanterns?", "who directed the Salt Lanterns", "Where was Ilse Marrow born?"]}
+    llm = ScriptedTree(plans, {"directed": "Ilse Marrow"}, {(q, ("Ilse Marrow",)): "Halden"})
+    engine = Engine(index, encoder, config=GragConfig(paths=1, max_depth=3), decomposer=llm, reader=llm)
+    pred = engine.answer([q])[0]
+    assert [h.subquery for h in pred.chain] == ["Who directed The Salt Lanterns?"]  # the repeat ends the path
+    assert pred.answer == "Halden" and llm.plan_calls == [1, 1]
+
+
 def test_grag_config_validation():
     with pytest.raises(ValueError, match="threshold"):
         GragConfig(threshold=1.5)

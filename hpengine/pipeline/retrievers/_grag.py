@@ -9,6 +9,9 @@ are retrieved for together and answered in one batched read; each path then read
 final answer from its passages, and the most frequent normalised answer wins (ties: the higher
 mean retrieval score of the paths that gave it).
 
+A path stops when the planner says it suffices, asks a sub-question it already asked (small
+planners repeat instead of stopping), or reaches ``max_depth``.
+
 Prediction layout in LLM mode: ``chain`` holds one :class:`HopRecord` per step per path, path 0's
 steps first, its ``linked`` the step's read passages; ``notes`` holds the reranker line, one line
 per path (``"grag path p: n steps, answer 'a', score s"``) and the vote line.
@@ -235,7 +238,9 @@ class GragRetriever(Retriever):
             with s.timer.stage("plan"):
                 asked = self.planner.next_steps([questions[owner[i]] for i in open_paths],
                                                 [history[i] for i in open_paths], [path_no[i] for i in open_paths])
-            asking = [(i, sq) for i, sq in zip(open_paths, asked) if sq]
+            # a path stops when the planner says it suffices, or asks again what it asked before
+            asking = [(i, sq) for i, sq in zip(open_paths, asked)
+                      if sq and normalize_answer(sq) not in {normalize_answer(q) for q, _ in history[i]}]
             if not asking:
                 break
             subqs = [sq for _, sq in asking]
