@@ -363,6 +363,7 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
     # one planner call per step over all open paths of all questions; step 3 has none left asking
     assert llm.plan_calls[:3] == [6, 5, 2]
     assert llm.read_calls[-1] == (6, True)  # one final read over all paths
+    assert engine.retriever.llm_components() == [llm]  # the planner's tokens reach the eval report
     assert len(set(p1.passages)) == len(p1.passages)
 
 

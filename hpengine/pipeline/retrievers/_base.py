@@ -33,6 +33,11 @@ class Retriever(abc.ABC):
         self.steps = steps
         self.config = steps.config
 
+    def llm_components(self) -> list:
+        """Models this method calls besides the engine's decomposer and reader (each with a
+        ``stats`` dict of ``tokens_in`` / ``tokens_out``), so reports count their tokens."""
+        return []
+
     @abc.abstractmethod
     def answer(self, questions: list) -> list:
         """Answer a batch of questions.

@@ -184,6 +184,9 @@ class GragRetriever(Retriever):
                                             batch_size=getattr(source, "batch_size", 8))
         return self._planner
 
+    def llm_components(self) -> list:
+        return [self._planner] if self._planner is not None else []
+
     def _facts(self, passages: Tensor, scores: Tensor) -> list:
         """Chain facts per row: the first facts of the row's passages, scored by their passage's s'."""
         s, cfg = self.steps, self.config
