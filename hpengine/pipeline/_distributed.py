@@ -183,7 +183,9 @@ def _answer_share(engine, questions: list, batch_size: int, rank: int, world: in
                                            (questions[i] for i in b)])
         bar.update(len(b))
     bar.close()
-    stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader))
+    method_models = _method_models(engine)
+    stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader),
+                                                 ("method", _summed_stats(method_models) if method_models else None))
              if c is not None}
     return {"answered": answered, "seconds": dict(engine.timer.seconds), "stats": stats,
             "wall_seconds": time.perf_counter() - start, "questions": sum(len(b) for b in batches),
@@ -223,6 +225,28 @@ class _StatsOnly:
         self.stats = stats
 
 
+class _MethodModels:
+    """The gathered stand-in of a retriever: its own models' summed stats."""
+
+    def __init__(self, models: list):
+        self._models = models
+
+    def llm_components(self) -> list:
+        return list(self._models)
+
+
+def _method_models(engine) -> list:
+    """The models a method calls besides the decomposer and reader (none for a stand-in engine)."""
+    retriever = getattr(engine, "retriever", None)
+    return retriever.llm_components() if retriever is not None else []
+
+
+def _summed_stats(models: list) -> "_StatsOnly":
+    keys = {k for m in models for k in m.stats}
+    return _StatsOnly({k: sum(m.stats.get(k, 0) for m in models) for k in keys
+                       if all(isinstance(m.stats.get(k, 0), (int, float)) for m in models)})
+
+
 class _Gathered:
     """What :func:`~hpengine.pipeline.evaluate` reads of an engine, replaying gathered predictions."""
 
@@ -234,11 +258,16 @@ class _Gathered:
         stages = sorted({k for s in shares for k in s["seconds"]})
         self.timer.seconds = {k: max(s["seconds"].get(k, 0.0) for s in shares) for k in stages}
         self.decomposer = self.reader = None
-        for name in ("decomposer", "reader"):
+        method_models = []
+        for name in ("decomposer", "reader", "method"):
             if name in shares[0]["stats"]:
                 keys = {k for s in shares for k in s["stats"][name]}
-                summed = {k: sum(s["stats"][name].get(k, 0) for s in shares) for k in keys}
-                setattr(self, name, _StatsOnly(summed))
+                summed = _StatsOnly({k: sum(s["stats"][name].get(k, 0) for s in shares) for k in keys})
+                if name == "method":
+                    method_models.append(summed)
+                else:
+                    setattr(self, name, summed)
+        self.retriever = _MethodModels(method_models)
 
     def answer(self, questions: list) -> list:
         preds = self._preds[self._next: self._next + len(questions)]
