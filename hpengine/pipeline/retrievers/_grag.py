@@ -82,13 +82,15 @@ class GragSearch:
         share = torch.where(top > 0, sup / top.clamp_min(1e-12), torch.zeros_like(sup))
         return torch.where(cand, self.cfg.graph_weight * spread.nan_to_num(0.0, 0.0, 0.0) * share, torch.zeros_like(sup))
 
-    def rerank(self, texts: list, query_emb: Tensor, support: Tensor) -> tuple[Tensor, Tensor]:
+    def rerank(self, texts: list, cos: Tensor, support: Tensor) -> tuple[Tensor, Tensor]:
         """Rerank each question's candidates (the passages with a finite ``support``): the best
         ``rerank_candidates`` by ``cosine +`` :meth:`graph_bonus`, then their rerank score (that
         sum, or the cross-encoder's sigmoid plus its own graph bonus):
-        ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``, in descending score order."""
+        ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``, in descending score order.
+
+        Shapes:
+            cos, support ``[Q, P]`` -> ``[Q, C]``, ``[Q, C]``."""
         idx, cfg = self.index, self.cfg
-        cos = query_emb.float() @ idx.passage_emb.float().t()  # [Q, P]
         pre = torch.where(torch.isfinite(support), cos + self.graph_bonus(cos, support), torch.full_like(cos, -torch.inf))
         c = min(cfg.rerank_candidates, idx.num_passages)
         score, ids = torch.topk(pre, c, dim=1)
@@ -101,7 +103,7 @@ class GragSearch:
             base = torch.full_like(score, -torch.inf)
             base[valid] = torch.sigmoid(ce.float()).to(score.device)
             sup = torch.where(valid, support.gather(1, ids.clamp_min(0)), torch.full_like(score, -torch.inf))
-            score = torch.where(valid, base + self.graph_bonus(base.clamp_min(0), sup), base)
+            score = torch.where(valid, base + self.graph_bonus(base, sup), base)
             score, order = torch.sort(score, dim=1, descending=True, stable=True)
             ids = ids.gather(1, order)
         return ids, score
@@ -114,7 +116,7 @@ class GragSearch:
             ``{"ranked" [Q, width], "scores" [Q, width] (s' of the candidate part, else 0),
             "seeds" [Q, n], "kept" [Q] kept nodes, "candidates" [Q]}``.
         """
-        from hpengine.retrieval import candidate_support, decayed_expansion, dense_topk, diverse_rerank
+        from hpengine.retrieval import candidate_support, decayed_expansion, diverse_rerank
 
         idx, cfg = self.index, self.cfg
         seeds, node_scores = self.seeds(query_emb)
@@ -122,11 +124,12 @@ class GragSearch:
                                                  threshold=cfg.threshold, query_chunk_size=cfg.query_chunk_size,
                                                  max_over_seed=cfg.max_over_seed)
         support = candidate_support(is_kept, kept_scores, self.np_crow, self.np_col, idx.num_passages)
-        dense = dense_topk(query_emb, idx.passage_emb, min(max(width, cfg.dense_candidates), idx.num_passages))[1]
+        cos = query_emb.float() @ idx.passage_emb.float().t()  # [Q, P]: the rerank's and dense's, once
+        dense = torch.topk(cos, min(max(width, cfg.dense_candidates), idx.num_passages), dim=1).indices
         if cfg.dense_candidates:  # dense's top passages join the candidates with no graph support
             top = dense[:, : cfg.dense_candidates]
             support.scatter_(1, top, support.gather(1, top).clamp_min(0))
-        ids, score = self.rerank(texts, query_emb, support)
+        ids, score = self.rerank(texts, cos, support)
         emb = idx.passage_emb[ids.clamp_min(0)]  # [Q, C, D]
         order, penalised = diverse_rerank(score, emb, diversity=cfg.diversity, k=width)
         chosen = torch.where(order >= 0, ids.gather(1, order.clamp_min(0)), torch.full_like(order, -1))
