@@ -312,35 +312,48 @@ class Encoder:
         out = torch.empty(len(texts), self.dim, dtype=torch.float32, device=device)
         if not texts:
             return out
-        prompt = self.prompts[kind]
-        encoded = self.tokenizer([prompt + t for t in texts] if prompt else list(texts), truncation=True, max_length=self.max_length, padding=False)
+        encoded, batches = self._plan(texts, kind, batch_size)
         keys = [k for k in _MODEL_INPUTS if k in encoded]
-        lengths = [len(ids) for ids in encoded["input_ids"]]
-        # longest first (as sentence-transformers): similar lengths share a batch, less padding,
-        # and the largest batch runs first so an out-of-memory error shows up immediately
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(texts), desc="encode", unit="text")
         with torch.inference_mode():
-            start = 0
-            while start < len(order):
-                if batch_size is None and self.max_tokens_per_batch > 0:
-                    size = max(1, self.max_tokens_per_batch // max(lengths[order[start]], 1))
-                else:
-                    size = batch_size or self.batch_size
-                ids = order[start:start + size]
+            for ids in batches:
                 features = {k: [encoded[k][i] for i in ids] for k in keys}
                 batch = self.tokenizer.pad(features, return_tensors="pt")
                 out[torch.tensor(ids, device=device)] = self._embed_tokens(batch, device)
-                start += size
                 if bar is not None:
                     bar.update(len(ids))
         if bar is not None:
             bar.close()
         return out
+
+    def plan_batches(self, texts: list[str], *, kind: str = "passage", batch_size: int | None = None) -> list:
+        """The forward passes :meth:`encode` runs for ``texts``: lists of text positions, in run
+        order (a sharded build runs the same batches on several ranks)."""
+        return self._plan(list(texts), kind, batch_size)[1] if texts else []
+
+    def _plan(self, texts: list, kind: str, batch_size: int | None):
+        """``(tokenised texts, batches)``: texts with ``kind``'s prompt, tokenised once, sorted
+        longest first (as sentence-transformers: similar lengths share a batch, less padding, and
+        the largest batch runs first so an out-of-memory error shows up immediately), cut by the
+        token budget or ``batch_size``."""
+        prompt = self.prompts[kind]
+        encoded = self.tokenizer([prompt + t for t in texts] if prompt else list(texts), truncation=True,
+                                 max_length=self.max_length, padding=False)
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        batches, start = [], 0
+        while start < len(order):
+            if batch_size is None and self.max_tokens_per_batch > 0:
+                size = max(1, self.max_tokens_per_batch // max(lengths[order[start]], 1))
+            else:
+                size = batch_size or self.batch_size
+            batches.append(order[start:start + size])
+            start += size
+        return encoded, batches
 
     def _embed_tokens(self, batch, device: torch.device) -> Tensor:
         inputs = {k: v.to(device) for k, v in batch.items() if k in _MODEL_INPUTS}

@@ -378,13 +378,13 @@ class ShardedExtractor:
 class ShardedEncoder:
     """An encoder whose forward passes are spread over the ranks, with the embeddings of one process.
 
-    For an :class:`~hpengine.models.Encoder` (it has a ``tokenizer``) the texts are planned into
-    the batches the encoder itself would run (tokenised, sorted longest first, cut by
-    ``max_tokens_per_batch`` or ``batch_size``: the rule of ``Encoder.encode``); batch ``k`` runs on
+    For an :class:`~hpengine.models.Encoder` the texts are planned into the batches the encoder
+    itself would run (``Encoder.plan_batches``: tokenised, sorted longest first, cut by
+    ``max_tokens_per_batch`` or ``batch_size``); batch ``k`` runs on
     rank ``k % world_size`` as one forward pass over the same texts in the same order, so every
     embedding is computed from the same padded batch as in one process (bit-identical on the
-    same hardware). Other encoders (no tokenizer: one text at a time by contract, e.g. test
-    fakes) get contiguous shares. The shares are all-gathered in input order, as float32 on the
+    same hardware). Other encoders (no ``plan_batches``: one text at a time by contract, e.g.
+    test fakes) get contiguous shares. The shares are all-gathered in input order, as float32 on the
     inner encoder's output device. Other attributes are the inner encoder's.
     """
 
@@ -397,31 +397,13 @@ class ShardedEncoder:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def _batches(self, texts: list, kind, batch_size) -> list:
-        """The encoder's own batches of ``texts``: lists of positions (see the class docstring)."""
-        enc = self.inner
-        prompt = (getattr(enc, "prompts", None) or {}).get(kind) or ""
-        encoded = enc.tokenizer([prompt + t for t in texts] if prompt else list(texts), truncation=True,
-                                max_length=enc.max_length, padding=False)
-        lengths = [len(ids) for ids in encoded["input_ids"]]
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-        batches, start = [], 0
-        budget = getattr(enc, "max_tokens_per_batch", 0)
-        while start < len(order):
-            if batch_size is None and budget > 0:
-                size = max(1, budget // max(lengths[order[start]], 1))
-            else:
-                size = batch_size or enc.batch_size
-            batches.append(order[start:start + size])
-            start += size
-        return batches
-
     def encode(self, texts: list, progress: bool = False, **kwargs):
         dist = _dist()
         rank, world = dist.get_rank(self.group), dist.get_world_size(self.group)
         texts = list(texts)
-        if hasattr(self.inner, "tokenizer") and texts:
-            plan = self._batches(texts, kwargs.get("kind", "passage"), kwargs.get("batch_size"))
+        if hasattr(self.inner, "plan_batches") and texts:
+            plan = self.inner.plan_batches(texts, kind=kwargs.get("kind", "passage"),
+                                           batch_size=kwargs.get("batch_size"))
             mine = [b for k, b in enumerate(plan) if k % world == rank]
         else:
             lo, hi = _share(len(texts), rank, world)
