@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 import time
 import traceback
@@ -183,10 +184,9 @@ def _answer_share(engine, questions: list, batch_size: int, rank: int, world: in
                                            (questions[i] for i in b)])
         bar.update(len(b))
     bar.close()
-    method_models = _method_models(engine)
-    stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader),
-                                                 ("method", _summed_stats(method_models) if method_models else None))
+    stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader))
              if c is not None}
+    stats["models"] = [dict(m.stats) for m in engine.llm_components()]  # what the token counts sum
     return {"answered": answered, "seconds": dict(engine.timer.seconds), "stats": stats,
             "wall_seconds": time.perf_counter() - start, "questions": sum(len(b) for b in batches),
             "peak_rss_mb": peak_rss_mb(), "device": str(engine.index.device)}
@@ -225,26 +225,11 @@ class _StatsOnly:
         self.stats = stats
 
 
-class _MethodModels:
-    """The gathered stand-in of a retriever: its own models' summed stats."""
-
-    def __init__(self, models: list):
-        self._models = models
-
-    def llm_components(self) -> list:
-        return list(self._models)
-
-
-def _method_models(engine) -> list:
-    """The models a method calls besides the decomposer and reader (none for a stand-in engine)."""
-    retriever = getattr(engine, "retriever", None)
-    return retriever.llm_components() if retriever is not None else []
-
-
-def _summed_stats(models: list) -> "_StatsOnly":
-    keys = {k for m in models for k in m.stats}
-    return _StatsOnly({k: sum(m.stats.get(k, 0) for m in models) for k in keys
-                       if all(isinstance(m.stats.get(k, 0), (int, float)) for m in models)})
+def _summed(stats: list) -> _StatsOnly:
+    """One model's stats summed over the ranks (numbers only)."""
+    keys = {k for st in stats for k in st}
+    return _StatsOnly({k: sum(st.get(k, 0) for st in stats) for k in keys
+                       if all(isinstance(st.get(k, 0), (int, float)) for st in stats)})
 
 
 class _Gathered:
@@ -258,16 +243,16 @@ class _Gathered:
         stages = sorted({k for s in shares for k in s["seconds"]})
         self.timer.seconds = {k: max(s["seconds"].get(k, 0.0) for s in shares) for k in stages}
         self.decomposer = self.reader = None
-        method_models = []
-        for name in ("decomposer", "reader", "method"):
+        for name in ("decomposer", "reader"):
             if name in shares[0]["stats"]:
-                keys = {k for s in shares for k in s["stats"][name]}
-                summed = _StatsOnly({k: sum(s["stats"][name].get(k, 0) for s in shares) for k in keys})
-                if name == "method":
-                    method_models.append(summed)
-                else:
-                    setattr(self, name, summed)
-        self.retriever = _MethodModels(method_models)
+                setattr(self, name, _summed([s["stats"][name] for s in shares]))
+        # the ranks list the same models in the same order (a method's own, built lazily, last; a
+        # rank that answered nothing may lack it): sum each over the ranks
+        per_model = itertools.zip_longest(*(s["stats"]["models"] for s in shares), fillvalue={})
+        self._models = [_summed(list(stats)) for stats in per_model]
+
+    def llm_components(self) -> list:
+        return list(self._models)
 
     def answer(self, questions: list) -> list:
         preds = self._preds[self._next: self._next + len(questions)]

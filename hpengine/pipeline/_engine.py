@@ -103,6 +103,12 @@ class Engine:
     def reader(self):
         return self.steps.reader
 
+    def llm_components(self) -> list:
+        """Every model the engine calls (decomposer, reader, the method's own), each once: their
+        ``stats`` (``tokens_in`` / ``tokens_out``) are what reports count."""
+        models = (self.decomposer, self.reader, *self.retriever.llm_components())
+        return list({id(m): m for m in models if m is not None}.values())
+
     def answer(self, questions: list) -> list:
         """Answer a batch of questions.
 

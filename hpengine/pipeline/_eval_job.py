@@ -129,10 +129,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         warnings.append(f"{gold_missing} of {n} questions have gold passages that are not in the index "
                         f"({missing_passages} passages): they count as not retrieved")
     diag = hop_diagnostics(questions, preds, idx) if any(p.diagnostics for p in preds) else None
-    retriever = getattr(engine, "retriever", None)  # stand-in engines (tests, torchrun replay) may lack one
-    own = retriever.llm_components() if retriever is not None else []
-    models = {id(c): c for c in (engine.decomposer, engine.reader, *own)
-              if c is not None}.values()  # a model that plays two roles counts once
+    models = engine.llm_components()
     tokens_in = sum(c.stats.get("tokens_in", 0) for c in models)
     tokens_out = sum(c.stats.get("tokens_out", 0) for c in models)
     fallback = engine.decomposer.stats["fallback"] if engine.decomposer is not None else 0

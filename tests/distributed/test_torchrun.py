@@ -101,6 +101,9 @@ class EchoEngine:
         self.timer = SimpleNamespace(seconds={})
         self.method = "echo"
 
+    def llm_components(self):
+        return []
+
     def answer(self, questions):
         from hpengine.pipeline import Prediction
 
