@@ -50,6 +50,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--set", nargs="*", default=[], help="overrides like retrieval.alpha=0.5 engine.num_hops=3")
     ap.add_argument("--out", default="")
+    ap.add_argument("--checkpoint-dir", default="",
+                    help="resumable runs: each finished batch goes to DIR/<dataset>_<retriever>.jsonl first")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -77,8 +79,9 @@ def main() -> None:
                 if c is not None:
                     c.stats.update({k: 0 for k in c.stats})
             start = time.perf_counter()
-            res = evaluate(engine, questions, EvalConfig(max_questions=args.max_questions, batch_size=args.batch_size),
-                           progress=True)
+            ckpt = str(Path(args.checkpoint_dir) / f"{name}_{retriever}.jsonl") if args.checkpoint_dir else ""
+            res = evaluate(engine, questions, EvalConfig(max_questions=args.max_questions, batch_size=args.batch_size,
+                                                         checkpoint=ckpt), progress=True, llm_name=args.llm)
             res["dataset"] = name
             results[f"{name}/{retriever}"] = res
             rows.append((name, retriever, res["num_questions"], res["recall@2"], res["recall@5"], res["em"], res["f1"],

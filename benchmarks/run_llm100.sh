@@ -1,7 +1,8 @@
 #!/bin/bash
 # LLM-mode runs (decomposer + reader), N questions per dataset, one JSON and one log per
-# dataset/retriever so that a killed run resumes where it stopped. RETRIEVERS picks the methods
-# (default: hyperprove dense).
+# dataset/retriever. A killed run resumes where it stopped: finished files are skipped, and the
+# run in progress continues from its last finished batch (OUT_DIR/checkpoints/, eval.checkpoint).
+# RETRIEVERS picks the methods (default: hyperprove dense).
 #
 #   bash benchmarks/run_llm100.sh DATA_ROOT INDEX_ROOT LLM_DIR OUT_DIR [N=100] [extra bench_qa.py args]
 #   RETRIEVERS=ppr bash benchmarks/run_llm100.sh ...
@@ -16,7 +17,8 @@ for d in 2wikimultihopqa musique hotpotqa; do
   for r in ${RETRIEVERS:-hyperprove dense}; do
     [ -f "$out/${d}_${r}.json" ] && continue
     HF_HUB_OFFLINE=1 python "$here/bench_qa.py" --data-root "$data" --index-root "$idx" --datasets "$d" \
-      --retrievers "$r" --llm "$llm" --max-questions "$n" --batch-size 16 --out "$out/${d}_${r}.json" "$@" \
+      --retrievers "$r" --llm "$llm" --max-questions "$n" --batch-size 16 --out "$out/${d}_${r}.json" \
+      --checkpoint-dir "$out/checkpoints" "$@" \
       > "$out/${d}_${r}.log" 2>&1 || echo "failed: $d $r (see $out/${d}_${r}.log)"
   done
 done

@@ -196,6 +196,7 @@ class EvalConfig:
     recall_ks: list = field(default_factory=lambda: [2, 5])
     max_questions: int = 0  # 0: all
     batch_size: int = 256
+    checkpoint: str = ""  # JSONL of finished batches: a killed run resumes from it ("": none)
 
     def __post_init__(self):
         ks = self.recall_ks

@@ -74,7 +74,8 @@ class Decomposer:
     max_hops: int = 4
     max_new_tokens: int = 96
     batch_size: int = 8
-    stats: dict = field(default_factory=lambda: {"plans": 0, "fallback": 0, "tokens_in": 0, "tokens_out": 0})
+    stats: dict = field(default_factory=lambda: {"plans": 0, "fallback": 0, "tokens_in": 0, "tokens_out": 0,
+                                                 "repeats": 0})
 
     def decompose(self, questions: list[str]) -> list[list[str]]:
         from hpengine.models._generate import batched_generate
@@ -84,6 +85,7 @@ class Decomposer:
                                batch_size=self.batch_size)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out
+        self.stats["repeats"] += res.repeats
         plans = []
         for q, text in zip(questions, res.texts):
             plan = parse_plan(text, self.max_hops)

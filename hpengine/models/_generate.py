@@ -1,7 +1,10 @@
 """Batched greedy generation with Hugging Face causal LMs (extractor, decomposer, reader).
 
 Prompts are sorted by token length so that each batch pads little, generated left-padded and
-greedy (``do_sample=False``) under ``torch.inference_mode``, and returned in input order.
+greedy (``do_sample=False``) under ``torch.inference_mode``, and returned in input order. Identical
+prompts of one call (after templating and truncation) are generated once: greedy decoding gives
+them the same completion, and callers that grow several paths per question (GRAG-MH's tree, whose
+paths often ask the same sub-question) repeat many.
 """
 from __future__ import annotations
 
@@ -20,13 +23,17 @@ class GenerateResult:
     Attributes:
         texts: decoded completions, one per prompt, in input order (special tokens removed,
             surrounding whitespace stripped).
-        tokens_in: prompt tokens over all prompts (after templating and truncation, no padding).
-        tokens_out: generated tokens over all prompts, up to and excluding the first eos/pad.
+        tokens_in: prompt tokens the model read (after templating and truncation, no padding;
+            each distinct prompt once).
+        tokens_out: generated tokens, up to and excluding the first eos/pad (each distinct prompt
+            once).
+        repeats: prompts answered by an identical prompt's completion (not generated again).
     """
 
     texts: list[str]
     tokens_in: int
     tokens_out: int
+    repeats: int = 0
 
 
 def format_prompt(tokenizer, prompt: str, system: Optional[str] = None,
@@ -133,13 +140,18 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
         raise ValueError("the tokenizer needs a pad or an eos token for batched generation "
                          f"(got pad_token_id=None and eos_token_id=None for {type(tokenizer).__name__})")
     stop_ids = _stop_ids(model, tokenizer, pad_id)
-    encoded = []
+    first: dict = {}  # token ids -> position in `encoded` (each distinct prompt once)
+    encoded, slot = [], []
     for prompt in prompts:
         text, add_special = format_prompt(tokenizer, prompt, system, use_chat_template)
         ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
-        encoded.append(ids[-max_input_tokens:] if max_input_tokens else ids)
-    order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
-    texts: list[str] = [""] * len(prompts)
+        ids = tuple(ids[-max_input_tokens:] if max_input_tokens else ids)
+        if ids not in first:
+            first[ids] = len(encoded)
+            encoded.append(list(ids))
+        slot.append(first[ids])
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    texts: list[str] = [""] * len(encoded)
     tokens_out = 0
     batches = range(0, len(order), batch_size)
     if progress:
@@ -160,4 +172,5 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
                 kept = _cut(row, stop_ids)
                 tokens_out += len(kept)
                 texts[i] = tokenizer.decode(kept, skip_special_tokens=True).strip()
-    return GenerateResult(texts=texts, tokens_in=sum(len(e) for e in encoded), tokens_out=tokens_out)
+    return GenerateResult(texts=[texts[j] for j in slot], tokens_in=sum(len(e) for e in encoded),
+                          tokens_out=tokens_out, repeats=len(prompts) - len(encoded))

@@ -43,7 +43,7 @@ class Summarizer:
                                             or type(model).__name__)
         self.cache_path = Path(cache_dir) / SUMMARY_CACHE_FILE if cache_dir else None
         self.batch_size, self.max_new_tokens, self.max_input_tokens = batch_size, max_new_tokens, max_input_tokens
-        self.stats = {"generated": 0, "cached": 0, "tokens_in": 0, "tokens_out": 0}
+        self.stats = {"generated": 0, "cached": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0}
 
     def _key(self, texts: Sequence[str]) -> str:
         payload = json.dumps([list(texts), self.model_name, SUMMARY_PROMPT_VERSION], ensure_ascii=False)
@@ -55,6 +55,7 @@ class Summarizer:
                                    batch_size=self.batch_size)
             self.stats["tokens_in"] += res.tokens_in
             self.stats["tokens_out"] += res.tokens_out
+            self.stats["repeats"] += res.repeats
             return res.texts
         device = next(self.model.parameters()).device
         batch = self.tokenizer(prompts, return_tensors="pt", padding=True, truncation=True,
@@ -200,7 +201,7 @@ class TreePlanner:
     def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0}
+        self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0}
 
     def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
         """Per path (its question, its ``[(sub-question, answer)]`` history, its path number), the
@@ -213,4 +214,5 @@ class TreePlanner:
         self.stats["calls"] += len(prompts)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out
+        self.stats["repeats"] += res.repeats
         return [parse_plan_step(t) for t in res.texts]

@@ -42,7 +42,7 @@ class Reader:
     max_new_tokens: int = 24
     batch_size: int = 8
     max_facts: int = 20
-    stats: dict = field(default_factory=lambda: {"calls": 0, "tokens_in": 0, "tokens_out": 0})
+    stats: dict = field(default_factory=lambda: {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0})
 
     def read(self, questions: list[str], facts: list[list[str]], final: bool = False,
              steps: list | None = None) -> list[str]:
@@ -57,4 +57,5 @@ class Reader:
         self.stats["calls"] += len(prompts)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out
+        self.stats["repeats"] += res.repeats
         return [clean_answer(t) for t in res.texts]

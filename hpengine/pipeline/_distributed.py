@@ -274,6 +274,9 @@ def evaluate_distributed(engine, questions: list, eval_cfg, progress: bool = Tru
     from hpengine.pipeline._eval_job import evaluate
 
     dist = _dist()
+    if eval_cfg.checkpoint:
+        raise UserError(f"eval.checkpoint is not supported under torchrun yet (got {eval_cfg.checkpoint!r}); "
+                        f"run it in one process, or without a checkpoint")
     if eval_cfg.max_questions:
         questions = questions[: eval_cfg.max_questions]
     if not questions:

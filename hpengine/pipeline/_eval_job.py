@@ -66,8 +66,22 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
 
 
-def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True) -> dict:
+def _llm_counts(engine: Engine) -> dict:
+    """LLM token counts summed over the engine's models (what reports count)."""
+    from hpengine.pipeline._checkpoint import LLM_KEYS
+
+    models = engine.llm_components()
+    return {k: sum(c.stats.get(k, 0) for c in models) for k in LLM_KEYS}
+
+
+def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True,
+             llm_name: str = "") -> dict:
     """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them.
+
+    With ``eval_cfg.checkpoint`` set, each finished batch is appended to that file first, and the
+    questions it already holds are not run again (:mod:`hpengine.pipeline._checkpoint`;
+    ``llm_name``, the LLM's folder, is part of what the file must match). Wall time, stage
+    seconds and token counts then cover every batch, this process's and the earlier ones.
 
     A question without gold passages has ``recall@k`` None (JSON null) and is left out of the
     mean recall; gold passages that are not in the index count as not retrieved. Both are counted
@@ -85,15 +99,31 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         questions = questions[: eval_cfg.max_questions]
     if not questions:
         raise UserError("no questions to evaluate (got 0)")
+    ckpt = None
+    if eval_cfg.checkpoint:
+        from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
+
+        ckpt = EvalCheckpoint(eval_cfg.checkpoint, run_fingerprint(engine, llm_name), questions)
+    done = ckpt.done if ckpt is not None else {}
+    todo = [i for i in range(len(questions)) if i not in done]
     start = time.perf_counter()
-    preds = []
-    bar = tqdm(total=len(questions), desc="questions", disable=not progress)
-    for b in range(0, len(questions), eval_cfg.batch_size):
-        batch = questions[b: b + eval_cfg.batch_size]
-        preds.extend(engine.answer([q.question for q in batch]))
+    preds = dict(done)
+    bar = tqdm(total=len(questions), initial=len(done), desc="questions", disable=not progress)
+    for b in range(0, len(todo), eval_cfg.batch_size):
+        positions = todo[b: b + eval_cfg.batch_size]
+        batch = [questions[i] for i in positions]
+        before = (time.perf_counter(), dict(engine.timer.seconds), _llm_counts(engine))
+        answered = engine.answer([q.question for q in batch])
+        preds.update(zip(positions, answered))
+        if ckpt is not None:
+            after = _llm_counts(engine)
+            ckpt.add(positions, batch, answered, time.perf_counter() - before[0],
+                     {k: v - before[1].get(k, 0.0) for k, v in engine.timer.seconds.items()},
+                     {k: after[k] - before[2][k] for k in after})
         bar.update(len(batch))
     bar.close()
-    wall = time.perf_counter() - start
+    preds = [preds[i] for i in range(len(questions))]
+    wall = time.perf_counter() - start + (ckpt.wall if ckpt is not None else 0.0)
     idx = engine.index
     indexed = set((p.title, p.text) for p in idx.passages)
     records, totals = [], {"em": 0.0, "f1": 0.0, **{f"recall@{k}": 0.0 for k in eval_cfg.recall_ks}}
@@ -129,9 +159,12 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         warnings.append(f"{gold_missing} of {n} questions have gold passages that are not in the index "
                         f"({missing_passages} passages): they count as not retrieved")
     diag = hop_diagnostics(questions, preds, idx) if any(p.diagnostics for p in preds) else None
-    models = engine.llm_components()
-    tokens_in = sum(c.stats.get("tokens_in", 0) for c in models)
-    tokens_out = sum(c.stats.get("tokens_out", 0) for c in models)
+    llm = _llm_counts(engine)
+    seconds = dict(engine.timer.seconds)
+    if ckpt is not None:  # the batches of earlier runs count too
+        llm = {k: v + ckpt.llm.get(k, 0) for k, v in llm.items()}
+        for k, v in ckpt.seconds.items():
+            seconds[k] = seconds.get(k, 0.0) + v
     fallback = engine.decomposer.stats["fallback"] if engine.decomposer is not None else 0
     return {
         "num_questions": len(questions),
@@ -141,10 +174,12 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         "questions_without_gold": no_gold,
         "questions_with_gold_not_in_index": gold_missing,
         "warnings": warnings,
-        "seconds": {k: round(v, 3) for k, v in engine.timer.seconds.items()},
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "wall_seconds": round(wall, 3),
         "questions_per_second": round(len(questions) / wall, 3) if wall > 0 else None,
-        "llm_tokens_in": tokens_in, "llm_tokens_out": tokens_out,
+        "llm_tokens_in": llm["tokens_in"], "llm_tokens_out": llm["tokens_out"],
+        "llm_prompts_repeated": llm["repeats"],  # answered by an identical prompt of the same generate call
+        "resumed_questions": len(done),
         "decomposition_fallbacks": fallback,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         **({"hop_diagnostics": diag} if diag else {}),
@@ -263,7 +298,10 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
         raise UserError(f"questions={cfg.questions!r} has no questions (got 0 records)")
     engine = make_engine(cfg)
     # evaluator: evaluate, or a rank's part of a torchrun job (pipeline/_distributed.py), None off rank 0
-    result = (evaluator or evaluate)(engine, questions, cfg.eval, progress)
+    if evaluator is None:
+        result = evaluate(engine, questions, cfg.eval, progress, llm_name=cfg.model.llm)
+    else:
+        result = evaluator(engine, questions, cfg.eval, progress)
     if result is None:
         return None
     result["config"] = {"index": cfg.index, "questions": cfg.questions, "retrieval": asdict(cfg.retrieval),
@@ -305,7 +343,7 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = Fa
                          engine=cfg.engine, model=cfg.model, eval=cfg.eval)
     engine = make_engine(ecfg, index=index, encoder=encoder)
     questions = load_questions(str(builtin_questions_path()))
-    result = evaluate(engine, questions, cfg.eval, progress)
+    result = evaluate(engine, questions, cfg.eval, progress, llm_name=cfg.model.llm)
     from hpengine.eval import write_report  # the demo's report page, beside its index
 
     result["report"] = write_report([result], f"{out}.report.html", questions=questions)

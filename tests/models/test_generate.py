@@ -118,3 +118,24 @@ def test_truncation_empty_and_errors():
         batched_generate(model, tokenizer, ["a"], max_new_tokens=1, batch_size=0)
     with pytest.raises(ValueError, match=r"max_new_tokens must be >= 1 \(got 0\)"):
         batched_generate(model, tokenizer, ["a"], max_new_tokens=0, batch_size=1)
+
+
+def test_identical_prompts_generated_once(tiny):
+    model, tokenizer = tiny
+    prompts = [PROMPTS[1], PROMPTS[0], PROMPTS[1], PROMPTS[3], PROMPTS[0], PROMPTS[1]]
+    singles = {p: batched_generate(model, tokenizer, [p], max_new_tokens=6, batch_size=1).texts[0]
+               for p in set(prompts)}
+    calls = []
+    real = model.generate
+
+    def counting(**kw):
+        calls.append(kw["input_ids"].shape[0])
+        return real(**kw)
+
+    model.generate = counting
+    result = batched_generate(model, tokenizer, prompts, max_new_tokens=6, batch_size=2)
+    assert result.texts == [singles[p] for p in prompts]  # input order, every copy answered
+    assert sum(calls) == 3 and result.repeats == 3  # the 3 distinct prompts, each generated once
+    assert result.tokens_in == sum(len(tokenizer(p)["input_ids"]) for p in set(prompts))
+    distinct = batched_generate(model, tokenizer, list(dict.fromkeys(prompts)), max_new_tokens=6, batch_size=2)
+    assert result.tokens_out == distinct.tokens_out and distinct.repeats == 0

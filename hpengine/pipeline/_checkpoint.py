@@ -1,0 +1,145 @@
+"""Resumable evaluation: each finished batch of predictions is appended to a JSONL file and
+fsynced before the next batch starts, so a killed ``eval`` (an LLM-mode run of hours) resumes
+where it stopped instead of starting over.
+
+Layout: the first line is a header ``{"hpengine_eval_checkpoint": 1, "run": {...}}`` naming what
+produced the predictions (method, its config, the hop config, the index, the LLM); each further
+line is one batch ``{"positions", "ids", "predictions", "wall", "seconds", "llm"}`` with the
+batch's wall time, its stage seconds and its LLM token counts, so a resumed run reports the
+cost of all its batches, not only of the last process. A file written by a different run is
+refused (one line naming the first setting that differs); a torn last line (the process was
+killed while writing it) is dropped and its batch runs again.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from hpengine.errors import UserError
+from hpengine.pipeline._types import ChainFact, HopRecord, Prediction
+
+FORMAT = 1
+LLM_KEYS = ("tokens_in", "tokens_out", "repeats")
+
+
+def run_fingerprint(engine, llm: str = "") -> dict:
+    """What decides an engine's predictions: method, its config, the hop config, the index
+    (corpus, encoder, passage / fact / entity counts) and the LLM folder; JSON-safe."""
+    meta = engine.index.meta
+    return json.loads(json.dumps({
+        "method": engine.method, "engine": asdict(engine.config), "retrieval": asdict(engine.retrieval),
+        "index": {k: meta.get(k) for k in ("corpus", "encoder", "num_passages", "num_facts", "num_entities")},
+        "llm": llm,
+    }, default=str))
+
+
+def prediction_to_json(p: Prediction) -> dict:
+    return asdict(p)
+
+
+def prediction_from_json(d: dict) -> Prediction:
+    chain = [HopRecord(h["subquery"], h["answer"], [ChainFact(**f) for f in h["facts"]], list(h["linked"]))
+             for h in d["chain"]]
+    return Prediction(d["question"], d["answer"], chain, list(d["passages"]), list(d.get("diagnostics", [])),
+                      list(d.get("notes", [])))
+
+
+def _key(question) -> str:
+    """A question's identity in the file: its id and text (ids alone repeat across files)."""
+    return f"{question.id}\t{question.question}"
+
+
+def _first_difference(a, b, path: str = "") -> str:
+    """The first key path where two JSON values differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in [*a, *(k for k in b if k not in a)]:  # the run's own order: method first
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+    return f"{path}: {b!r} in the file, {a!r} now"
+
+
+class EvalCheckpoint:
+    """The batches already finished by earlier runs, and the writer of new ones.
+
+    Args:
+        path: the JSONL file (created with its header when missing).
+        run: :func:`run_fingerprint` of the engine about to run.
+        questions: the run's questions (after ``max_questions``); a recorded batch must name the
+            same question ids at the same positions.
+
+    Raises:
+        UserError: the file is not a checkpoint, was written by a different run, or records
+            questions this run does not have at those positions.
+    """
+
+    def __init__(self, path: str, run: dict, questions: list):
+        self.path = Path(path)
+        self.done: dict = {}  # position -> Prediction
+        self.wall = 0.0
+        self.seconds: dict = {}
+        self.llm = {k: 0 for k in LLM_KEYS}
+        if self.path.is_dir():
+            raise UserError(f"eval.checkpoint={path!r} is a folder; give a file path (a .jsonl file)")
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._load(run, questions)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._append({"hpengine_eval_checkpoint": FORMAT, "run": run})
+
+    def _load(self, run: dict, questions: list) -> None:
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        try:
+            head = json.loads(lines[0])
+        except json.JSONDecodeError:
+            head = None
+        if not isinstance(head, dict) or head.get("hpengine_eval_checkpoint") != FORMAT:
+            raise UserError(f"eval.checkpoint={str(self.path)!r} is not an hpengine eval checkpoint (line 1); "
+                            f"give a new path")
+        if head.get("run") != run:
+            raise UserError(f"eval.checkpoint={str(self.path)!r} was written by a different run "
+                            f"({_first_difference(run, head.get('run'))}); give a new path or delete it")
+        body = [ln for ln in lines[1:] if ln.strip()]
+        good = []
+        for n, line in enumerate(body):
+            try:
+                good.append(json.loads(line))
+            except json.JSONDecodeError:
+                if n != len(body) - 1:
+                    raise UserError(f"eval.checkpoint={str(self.path)!r}: line {n + 2} is not JSON (only a "
+                                    f"torn last line is dropped); give a new path") from None
+        if len(good) < len(body):  # a torn last line: rewrite the file without it, atomically
+            self._rewrite(head, good)
+        for batch in good:
+            for pos, qid, pred in zip(batch["positions"], batch["ids"], batch["predictions"]):
+                if pos >= len(questions) or _key(questions[pos]) != qid:
+                    raise UserError(f"eval.checkpoint={str(self.path)!r} records question {qid!r} at position "
+                                    f"{pos}, which this run's questions do not have there; give a new path")
+                self.done[pos] = prediction_from_json(pred)
+            self.wall += batch["wall"]
+            for k, v in batch["seconds"].items():
+                self.seconds[k] = self.seconds.get(k, 0.0) + v
+            for k in LLM_KEYS:
+                self.llm[k] += batch["llm"].get(k, 0)
+
+    def _rewrite(self, head: dict, batches: list) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for obj in [head, *batches]:
+                f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def _append(self, obj: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add(self, positions: list, questions: list, preds: list, wall: float, seconds: dict, llm: dict) -> None:
+        """Record one finished batch (durable when this returns)."""
+        self._append({"positions": positions, "ids": [_key(q) for q in questions],
+                      "predictions": [prediction_to_json(p) for p in preds], "wall": wall,
+                      "seconds": seconds, "llm": llm})

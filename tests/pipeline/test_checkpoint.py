@@ -1,0 +1,144 @@
+"""Resumable evaluation (eval.checkpoint): a killed run resumes with the questions it had not
+finished, and ends with the same records as a run that was never stopped."""
+import json
+
+import pytest
+
+from hpengine.config import DenseConfig, EvalConfig, HyperProveConfig
+from hpengine.errors import UserError
+from hpengine.pipeline import Engine, evaluate
+
+
+class Killed(Exception):
+    pass
+
+
+def _records(result):
+    return [{k: v for k, v in r.items()} for r in result["records"]]
+
+
+def _engine(built, **kw):
+    index, encoder, _ = built
+    return Engine(index, encoder, config=HyperProveConfig(**kw))
+
+
+def _count_calls(engine, fail_after=None):
+    """Wrap ``engine.answer``: record each batch's questions; raise Killed after ``fail_after`` batches."""
+    calls, real = [], engine.answer
+
+    def answer(qs):
+        if fail_after is not None and len(calls) >= fail_after:
+            raise Killed()
+        calls.append(list(qs))
+        return real(qs)
+
+    engine.answer = answer
+    return calls
+
+
+def test_checkpoint_changes_nothing_and_holds_every_batch(builtin_index, tmp_path):
+    _, _, questions = builtin_index
+    plain = evaluate(_engine(builtin_index), questions, EvalConfig(batch_size=5), progress=False)
+    path = tmp_path / "run.jsonl"
+    ckpt = evaluate(_engine(builtin_index), questions, EvalConfig(batch_size=5, checkpoint=str(path)), progress=False)
+    assert _records(ckpt) == _records(plain)
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["run"]["method"] == "hyperprove"
+    batches = [json.loads(ln) for ln in lines[1:]]
+    assert [len(b["positions"]) for b in batches] == [5, 5, 2]  # 12 questions in batches of 5
+    assert ckpt["resumed_questions"] == 0
+
+
+def test_killed_run_resumes_with_the_rest(builtin_index, tmp_path):
+    _, _, questions = builtin_index
+    plain = evaluate(_engine(builtin_index), questions, EvalConfig(batch_size=4), progress=False)
+    path = tmp_path / "run.jsonl"
+    cfg = EvalConfig(batch_size=4, checkpoint=str(path))
+    first = _engine(builtin_index)
+    calls = _count_calls(first, fail_after=2)
+    with pytest.raises(Killed):
+        evaluate(first, questions, cfg, progress=False)
+    assert sum(map(len, calls)) == 8
+    second = _engine(builtin_index)
+    calls = _count_calls(second)
+    resumed = evaluate(second, questions, cfg, progress=False)
+    assert calls == [[q.question for q in questions[8:]]]  # only the unfinished batch ran again
+    assert resumed["resumed_questions"] == 8
+    assert _records(resumed) == _records(plain)
+    recorded = [json.loads(ln) for ln in path.read_text().splitlines()[1:]]
+    # the reported wall time covers all three batches, the killed process's too
+    assert resumed["wall_seconds"] == pytest.approx(sum(b["wall"] for b in recorded), abs=0.01)
+    # a third run finds everything done and answers nothing
+    third = _engine(builtin_index)
+    calls = _count_calls(third)
+    again = evaluate(third, questions, cfg, progress=False)
+    assert calls == [] and _records(again) == _records(plain)
+
+
+def test_torn_last_line_is_dropped_and_its_batch_reruns(builtin_index, tmp_path):
+    _, _, questions = builtin_index
+    path = tmp_path / "run.jsonl"
+    cfg = EvalConfig(batch_size=6, checkpoint=str(path))
+    plain = evaluate(_engine(builtin_index), questions, cfg, progress=False)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])  # killed mid-write
+    engine = _engine(builtin_index)
+    calls = _count_calls(engine)
+    resumed = evaluate(engine, questions, cfg, progress=False)
+    assert calls == [[q.question for q in questions[6:]]]
+    assert _records(resumed) == _records(plain)
+    assert all(json.loads(ln) for ln in path.read_text().splitlines())  # the file is whole again
+
+
+def test_a_different_run_is_refused_and_the_file_kept(builtin_index, tmp_path):
+    index, encoder, questions = builtin_index
+    path = tmp_path / "run.jsonl"
+    evaluate(_engine(builtin_index), questions[:4], EvalConfig(batch_size=4, checkpoint=str(path)), progress=False)
+    before = path.read_bytes()
+    with pytest.raises(UserError, match=r"different run \(engine.passage_width: 10 in the file, 7 now\)"):
+        evaluate(_engine(builtin_index, passage_width=7), questions[:4],
+                 EvalConfig(batch_size=4, checkpoint=str(path)), progress=False)
+    with pytest.raises(UserError, match="different run .*method"):
+        evaluate(Engine(index, encoder, config=DenseConfig()), questions[:4],
+                 EvalConfig(batch_size=4, checkpoint=str(path)), progress=False)
+    with pytest.raises(UserError, match="position 0"):  # other questions at the recorded positions
+        evaluate(_engine(builtin_index), questions[4:8], EvalConfig(batch_size=4, checkpoint=str(path)),
+                 progress=False)
+    assert path.read_bytes() == before
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"not": "a checkpoint"}\n')
+    with pytest.raises(UserError, match="not an hpengine eval checkpoint"):
+        evaluate(_engine(builtin_index), questions[:4], EvalConfig(checkpoint=str(other)), progress=False)
+    with pytest.raises(UserError, match="is a folder"):
+        evaluate(_engine(builtin_index), questions[:4], EvalConfig(checkpoint=str(tmp_path)), progress=False)
+
+
+def test_llm_counts_and_stage_seconds_sum_over_the_runs(builtin_index, tmp_path):
+    """A resumed run reports the token counts of the killed process's batches too."""
+    _, _, questions = builtin_index
+
+    class Counter:  # stands for an LLM: 10 tokens in and 1 out per question answered
+        def __init__(self):
+            self.stats = {"tokens_in": 0, "tokens_out": 0, "repeats": 0}
+
+    def counted(engine, fail_after=None):
+        model, real, done = Counter(), engine.answer, []
+
+        def answer(qs):
+            if fail_after is not None and len(done) >= fail_after:
+                raise Killed()
+            done.append(qs)
+            model.stats["tokens_in"] += 10 * len(qs)
+            model.stats["tokens_out"] += len(qs)
+            return real(qs)
+
+        engine.answer, engine.llm_components = answer, lambda: [model]
+        return engine
+
+    cfg = EvalConfig(batch_size=5, checkpoint=str(tmp_path / "run.jsonl"))
+    with pytest.raises(Killed):
+        evaluate(counted(_engine(builtin_index), fail_after=1), questions, cfg, progress=False)
+    resumed = evaluate(counted(_engine(builtin_index)), questions, cfg, progress=False)
+    assert (resumed["llm_tokens_in"], resumed["llm_tokens_out"]) == (10 * len(questions), len(questions))
+    assert resumed["resumed_questions"] == 5
+    assert resumed["seconds"]["retrieve"] > 0
