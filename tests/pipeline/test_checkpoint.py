@@ -142,3 +142,13 @@ def test_llm_counts_and_stage_seconds_sum_over_the_runs(builtin_index, tmp_path)
     assert (resumed["llm_tokens_in"], resumed["llm_tokens_out"]) == (10 * len(questions), len(questions))
     assert resumed["resumed_questions"] == 5
     assert resumed["seconds"]["retrieve"] > 0
+
+
+def test_torchrun_eval_refuses_a_checkpoint(builtin_index, tmp_path):
+    from hpengine.pipeline import evaluate_distributed
+
+    _, _, questions = builtin_index
+    path = tmp_path / "run.jsonl"
+    with pytest.raises(UserError, match="not supported under torchrun"):
+        evaluate_distributed(_engine(builtin_index), questions, EvalConfig(checkpoint=str(path)), progress=False)
+    assert not path.exists()
