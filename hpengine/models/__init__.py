@@ -26,3 +26,11 @@ from hpengine.models._grag_models import CrossEncoder, Summarizer, TreePlanner, 
 
 __all__ += ["TRIPLE_PROMPT_VERSION", "DependencyTripleExtractor", "LLMTripleExtractor", "parse_triples",
             "CrossEncoder", "Summarizer", "TreePlanner", "load_summarizer"]
+
+from hpengine.models._decomposer import PROMPT_VERSION as _DECOMPOSE_VERSION
+from hpengine.models._grag_models import PLANNER_PROMPT_VERSION as _PLAN_VERSION
+from hpengine.models._reader import PROMPT_VERSION as _READ_VERSION
+
+#: versions of the question-time LLM prompts (what a resumed eval must match)
+QA_PROMPT_VERSIONS = {"decompose": _DECOMPOSE_VERSION, "read": _READ_VERSION, "plan": _PLAN_VERSION}
+__all__ += ["QA_PROMPT_VERSIONS"]

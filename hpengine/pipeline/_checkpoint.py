@@ -26,12 +26,15 @@ LLM_KEYS = ("tokens_in", "tokens_out", "repeats")
 
 def run_fingerprint(engine, llm: str = "") -> dict:
     """What decides an engine's predictions: method, its config, the hop config, the index
-    (corpus, encoder, passage / fact / entity counts) and the LLM folder; JSON-safe."""
+    (corpus, encoder, passage / fact / entity counts), the LLM folder and the versions of the
+    LLM prompts; JSON-safe."""
+    from hpengine.models import QA_PROMPT_VERSIONS
+
     meta = engine.index.meta
     return json.loads(json.dumps({
         "method": engine.method, "engine": asdict(engine.config), "retrieval": asdict(engine.retrieval),
         "index": {k: meta.get(k) for k in ("corpus", "encoder", "num_passages", "num_facts", "num_entities")},
-        "llm": llm,
+        "llm": llm, "prompts": dict(QA_PROMPT_VERSIONS) if llm else None,
     }, default=str))
 
 

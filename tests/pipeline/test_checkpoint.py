@@ -152,3 +152,14 @@ def test_torchrun_eval_refuses_a_checkpoint(builtin_index, tmp_path):
     with pytest.raises(UserError, match="not supported under torchrun"):
         evaluate_distributed(_engine(builtin_index), questions, EvalConfig(checkpoint=str(path)), progress=False)
     assert not path.exists()
+
+
+def test_another_prompt_version_is_a_different_run(builtin_index, tmp_path, monkeypatch):
+    import hpengine.models
+
+    _, _, questions = builtin_index
+    cfg = EvalConfig(batch_size=4, checkpoint=str(tmp_path / "run.jsonl"))
+    evaluate(_engine(builtin_index), questions[:4], cfg, progress=False, llm_name="some-llm")
+    monkeypatch.setitem(hpengine.models.QA_PROMPT_VERSIONS, "read", "read-v999")
+    with pytest.raises(UserError, match=r"prompts.read: 'read-v1' in the file, 'read-v999' now"):
+        evaluate(_engine(builtin_index), questions[:4], cfg, progress=False, llm_name="some-llm")
