@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--llm-batch-size", type=int, default=0,
                     help="prompts per LLM generate call (default: min(--batch-size, 16)); on a CPU, decoding "
                          "costs about the same per step for 8 or 32 prompts, so larger batches are cheaper")
+    ap.add_argument("--llm-max-batch-tokens", type=int, default=0,
+                    help="padded prompt tokens per generate call at most (0: no cap; model.max_batch_tokens)")
     ap.add_argument("--max-questions", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--device", default="cpu")
@@ -64,7 +66,9 @@ def main() -> None:
     from hpengine.pipeline import Engine, encoder_for_index, evaluate, get_retriever, load_llm, peek_index_meta
 
     encoders = {}  # each index is queried with its own encoder (MiniLM, E5, ...), loaded once per kind
-    decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device, batch_size=args.llm_batch_size or min(args.batch_size, 16)))
+    decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device,
+                                              batch_size=args.llm_batch_size or min(args.batch_size, 16),
+                                              max_batch_tokens=args.llm_max_batch_tokens))
     retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
     rows, results = [], {}
     for name in args.datasets:

@@ -176,7 +176,8 @@ class ModelConfig:
 
     llm: str = ""  # empty: no-LLM mode
     dtype: str = "bfloat16"
-    batch_size: int = 8
+    batch_size: int = 8  # prompts per generate call at most
+    max_batch_tokens: int = 0  # and padded prompt tokens per call at most (0: no cap)
     max_new_tokens_decompose: int = 96
     max_new_tokens_read: int = 24
     max_input_tokens: int = 1536
@@ -185,6 +186,7 @@ class ModelConfig:
     def __post_init__(self):
         _check_choice("model.dtype", self.dtype, {"float32", "bfloat16", "float16"})
         _check_range("model.batch_size", self.batch_size, 1)
+        _check_range("model.max_batch_tokens", self.max_batch_tokens, 0)
         for name in ("max_new_tokens_decompose", "max_new_tokens_read", "max_input_tokens"):
             _check_range(f"model.{name}", getattr(self, name), 1)
 

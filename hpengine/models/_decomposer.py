@@ -74,6 +74,7 @@ class Decomposer:
     max_hops: int = 4
     max_new_tokens: int = 96
     batch_size: int = 8
+    max_batch_tokens: int = 0  # padded prompt tokens per generate call at most (0: batch_size alone)
     stats: dict = field(default_factory=lambda: {"plans": 0, "fallback": 0, "tokens_in": 0, "tokens_out": 0,
                                                  "repeats": 0})
 
@@ -82,7 +83,7 @@ class Decomposer:
 
         prompts = [decomposition_prompt(q, self.max_hops) for q in questions]
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
-                               batch_size=self.batch_size)
+                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out
         self.stats["repeats"] += res.repeats

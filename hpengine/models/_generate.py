@@ -107,9 +107,30 @@ def _check_args(prompts, max_new_tokens: int, batch_size: int) -> None:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
 
 
+def _cut_batches(lengths: list[int], batch_size: int, max_batch_tokens: int = 0) -> list[range]:
+    """Consecutive batches over prompts sorted longest first: at most ``batch_size`` prompts, and
+    (when ``max_batch_tokens``) at most that many padded tokens (count x its first, longest,
+    prompt), but always at least one prompt.
+
+    Example:
+        >>> [list(b) for b in _cut_batches([900, 500, 100, 100, 90], batch_size=4, max_batch_tokens=900)]
+        [[0], [1], [2, 3, 4]]
+    """
+    out, start = [], 0
+    while start < len(lengths):
+        end = start + 1
+        while (end < len(lengths) and end - start < batch_size
+               and (not max_batch_tokens or (end - start + 1) * lengths[start] <= max_batch_tokens)):
+            end += 1
+        out.append(range(start, end))
+        start = end
+    return out
+
+
 def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int,
                      batch_size: int, system: Optional[str] = None, use_chat_template: bool = True,
-                     max_input_tokens: Optional[int] = None, progress: bool = False) -> GenerateResult:
+                     max_input_tokens: Optional[int] = None, max_batch_tokens: int = 0,
+                     progress: bool = False) -> GenerateResult:
     """Greedy generation for many prompts, batched by length.
 
     Prompts are templated (:func:`format_prompt`), tokenized, sorted by length (longest first, so
@@ -127,12 +148,18 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
         use_chat_template: use the tokenizer's chat template when it has one (default True).
         max_input_tokens: keep only the last ``max_input_tokens`` prompt tokens (the end holds
             the generation prompt); ``None`` (default) keeps everything.
+        max_batch_tokens: also end a batch before its padded size (prompts x the longest)
+            exceeds this; 0 (default): batches of ``batch_size``. On a CPU a decoding step costs
+            about the same for 8 or 32 prompts while padding costs real prefill, so a large
+            ``batch_size`` with a token cap suits prompts of mixed lengths.
         progress: show a tqdm progress bar over batches (default False).
 
     Returns:
         :class:`GenerateResult` with texts in input order and token counts.
     """
     _check_args(prompts, max_new_tokens, batch_size)
+    if max_batch_tokens < 0:
+        raise ValueError(f"max_batch_tokens must be >= 0 (got {max_batch_tokens})")
     if not prompts:
         return GenerateResult(texts=[], tokens_in=0, tokens_out=0)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -153,14 +180,14 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     texts: list[str] = [""] * len(encoded)
     tokens_out = 0
-    batches = range(0, len(order), batch_size)
+    batches = [order[b.start:b.stop] for b in _cut_batches([len(encoded[i]) for i in order], batch_size,
+                                                            max_batch_tokens)]
     if progress:
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="generate", unit="batch")
     with torch.inference_mode():
-        for start in batches:
-            idx = order[start:start + batch_size]
+        for idx in batches:
             input_ids, attention_mask = _left_pad([encoded[i] for i in idx], pad_id, model.device)
             output = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                     max_new_tokens=max_new_tokens, do_sample=False,

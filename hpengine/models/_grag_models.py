@@ -195,12 +195,12 @@ class TreePlanner:
 
     Args:
         model, tokenizer: a causal instruction LM (the reader's).
-        max_new_tokens, batch_size: generation settings.
+        max_new_tokens, batch_size, max_batch_tokens: generation settings (:func:`batched_generate`).
     """
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8):
+    def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8, max_batch_tokens: int = 0):
         self.model, self.tokenizer = model, tokenizer
-        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+        self.max_new_tokens, self.batch_size, self.max_batch_tokens = max_new_tokens, batch_size, max_batch_tokens
         self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0}
 
     def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
@@ -210,7 +210,7 @@ class TreePlanner:
         if not prompts:
             return []
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
-                               batch_size=self.batch_size)
+                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens)
         self.stats["calls"] += len(prompts)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out

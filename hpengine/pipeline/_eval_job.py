@@ -43,8 +43,9 @@ def load_llm(cfg: ModelConfig):
 
     tok = AutoTokenizer.from_pretrained(cfg.llm)
     model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
-    return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, batch_size=cfg.batch_size),
-            Reader(model, tok, max_new_tokens=cfg.max_new_tokens_read, batch_size=cfg.batch_size))
+    batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens}
+    return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, **batching),
+            Reader(model, tok, max_new_tokens=cfg.max_new_tokens_read, **batching))
 
 
 def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:

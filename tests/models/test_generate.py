@@ -139,3 +139,27 @@ def test_identical_prompts_generated_once(tiny):
     assert result.tokens_in == sum(len(tokenizer(p)["input_ids"]) for p in set(prompts))
     distinct = batched_generate(model, tokenizer, list(dict.fromkeys(prompts)), max_new_tokens=6, batch_size=2)
     assert result.tokens_out == distinct.tokens_out and distinct.repeats == 0
+
+
+def test_token_capped_batches(tiny):
+    from hpengine.models._generate import _cut_batches
+
+    assert [list(b) for b in _cut_batches([5, 5, 4, 1], batch_size=8)] == [[0, 1, 2, 3]]
+    assert [list(b) for b in _cut_batches([5, 5, 4, 1], batch_size=8, max_batch_tokens=10)] == [[0, 1], [2, 3]]
+    assert [list(b) for b in _cut_batches([50, 3], batch_size=8, max_batch_tokens=10)] == [[0], [1]]  # one at least
+    model, tokenizer = tiny
+    calls = []
+    real = model.generate
+
+    def counting(**kw):
+        calls.append(tuple(kw["input_ids"].shape))
+        return real(**kw)
+
+    model.generate = counting
+    plain = batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=1)
+    capped = batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=6, max_batch_tokens=12)
+    assert capped.texts == plain.texts
+    assert all(n * width <= 12 or n == 1 for n, width in calls[len(PROMPTS):])
+    assert len(calls) - len(PROMPTS) > 1  # the cap split the batch of 6
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=6, max_batch_tokens=-1)
