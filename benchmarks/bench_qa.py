@@ -45,11 +45,10 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
     ap.add_argument("--retrievers", nargs="+", default=["dense", "hyperprove"])
     ap.add_argument("--llm", default="")
-    ap.add_argument("--llm-batch-size", type=int, default=0,
-                    help="prompts per LLM generate call (default: min(--batch-size, 16)); on a CPU, decoding "
-                         "costs about the same per step for 8 or 32 prompts, so larger batches are cheaper")
-    ap.add_argument("--llm-max-batch-tokens", type=int, default=0,
-                    help="padded prompt tokens per generate call at most (0: no cap; model.max_batch_tokens)")
+    ap.add_argument("--llm-batch-size", type=int, default=32,
+                    help="prompts per LLM generate call at most (model.batch_size)")
+    ap.add_argument("--llm-max-batch-tokens", type=int, default=16384,
+                    help="padded prompt tokens per generate call at most (model.max_batch_tokens; 0: no cap)")
     ap.add_argument("--max-questions", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--device", default="cpu")
@@ -67,7 +66,7 @@ def main() -> None:
 
     encoders = {}  # each index is queried with its own encoder (MiniLM, E5, ...), loaded once per kind
     decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device,
-                                              batch_size=args.llm_batch_size or min(args.batch_size, 16),
+                                              batch_size=args.llm_batch_size,
                                               max_batch_tokens=args.llm_max_batch_tokens))
     retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
     rows, results = [], {}

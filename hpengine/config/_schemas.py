@@ -176,8 +176,8 @@ class ModelConfig:
 
     llm: str = ""  # empty: no-LLM mode
     dtype: str = "bfloat16"
-    batch_size: int = 8  # prompts per generate call at most
-    max_batch_tokens: int = 0  # and padded prompt tokens per call at most (0: no cap)
+    batch_size: int = 32  # prompts per generate call at most
+    max_batch_tokens: int = 16384  # and padded prompt tokens per call at most (0: no cap)
     max_new_tokens_decompose: int = 96
     max_new_tokens_read: int = 24
     max_input_tokens: int = 1536
