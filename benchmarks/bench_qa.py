@@ -87,7 +87,7 @@ def main() -> None:
             start = time.perf_counter()
             ckpt = str(Path(args.checkpoint_dir) / f"{name}_{retriever}.jsonl") if args.checkpoint_dir else ""
             res = evaluate(engine, questions, EvalConfig(max_questions=args.max_questions, batch_size=args.batch_size,
-                                                         checkpoint=ckpt), progress=True, llm_name=args.llm)
+                                                         checkpoint=ckpt), progress=True)
             res["dataset"] = name
             results[f"{name}/{retriever}"] = res
             rows.append((name, retriever, res["num_questions"], res["recall@2"], res["recall@5"], res["em"], res["f1"],

@@ -24,13 +24,20 @@ FORMAT = 1
 LLM_KEYS = ("tokens_in", "tokens_out", "repeats")
 
 
-def run_fingerprint(engine, llm: str = "") -> dict:
+def _model_name(component) -> str:
+    """The model a decomposer / reader runs: its HF folder or hub id, else the component's class."""
+    return getattr(getattr(component, "model", None), "name_or_path", "") or type(component).__name__
+
+
+def run_fingerprint(engine) -> dict:
     """What decides an engine's predictions: method, its config, the hop config, the index
-    (corpus, encoder, passage / fact / entity counts), the LLM folder and the versions of the
-    LLM prompts; JSON-safe."""
+    (corpus, encoder, passage / fact / entity counts), the LLM (the decomposer's and reader's
+    model) and, in LLM mode, the versions of the LLM prompts; JSON-safe."""
     from hpengine.models import QA_PROMPT_VERSIONS
 
     meta = engine.index.meta
+    llm = {name: _model_name(c) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader))
+           if c is not None}
     return json.loads(json.dumps({
         "method": engine.method, "engine": asdict(engine.config), "retrieval": asdict(engine.retrieval),
         "index": {k: meta.get(k) for k in ("corpus", "encoder", "num_passages", "num_facts", "num_entities")},

@@ -75,14 +75,13 @@ def _llm_counts(engine: Engine) -> dict:
     return {k: sum(c.stats.get(k, 0) for c in models) for k in LLM_KEYS}
 
 
-def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True,
-             llm_name: str = "") -> dict:
+def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True) -> dict:
     """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them.
 
     With ``eval_cfg.checkpoint`` set, each finished batch is appended to that file first, and the
-    questions it already holds are not run again (:mod:`hpengine.pipeline._checkpoint`;
-    ``llm_name``, the LLM's folder, is part of what the file must match). Wall time, stage
-    seconds and token counts then cover every batch, this process's and the earlier ones.
+    questions it already holds are not run again (:mod:`hpengine.pipeline._checkpoint`). Wall
+    time, stage seconds and token counts then cover every batch, this process's and the earlier
+    ones.
 
     A question without gold passages has ``recall@k`` None (JSON null) and is left out of the
     mean recall; gold passages that are not in the index count as not retrieved. Both are counted
@@ -104,7 +103,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
     if eval_cfg.checkpoint:
         from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
 
-        ckpt = EvalCheckpoint(eval_cfg.checkpoint, run_fingerprint(engine, llm_name), questions)
+        ckpt = EvalCheckpoint(eval_cfg.checkpoint, run_fingerprint(engine), questions)
     done = ckpt.done if ckpt is not None else {}
     todo = [i for i in range(len(questions)) if i not in done]
     start = time.perf_counter()
@@ -299,10 +298,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
         raise UserError(f"questions={cfg.questions!r} has no questions (got 0 records)")
     engine = make_engine(cfg)
     # evaluator: evaluate, or a rank's part of a torchrun job (pipeline/_distributed.py), None off rank 0
-    if evaluator is None:
-        result = evaluate(engine, questions, cfg.eval, progress, llm_name=cfg.model.llm)
-    else:
-        result = evaluator(engine, questions, cfg.eval, progress)
+    result = (evaluator or evaluate)(engine, questions, cfg.eval, progress)
     if result is None:
         return None
     result["config"] = {"index": cfg.index, "questions": cfg.questions, "retrieval": asdict(cfg.retrieval),
@@ -344,7 +340,7 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = Fa
                          engine=cfg.engine, model=cfg.model, eval=cfg.eval)
     engine = make_engine(ecfg, index=index, encoder=encoder)
     questions = load_questions(str(builtin_questions_path()))
-    result = evaluate(engine, questions, cfg.eval, progress, llm_name=cfg.model.llm)
+    result = evaluate(engine, questions, cfg.eval, progress)
     from hpengine.eval import write_report  # the demo's report page, beside its index
 
     result["report"] = write_report([result], f"{out}.report.html", questions=questions)

@@ -1,6 +1,7 @@
 """Resumable evaluation (eval.checkpoint): a killed run resumes with the questions it had not
 finished, and ends with the same records as a run that was never stopped."""
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -154,12 +155,37 @@ def test_torchrun_eval_refuses_a_checkpoint(builtin_index, tmp_path):
     assert not path.exists()
 
 
+class NamedReader:
+    """A reader stand-in whose model names its folder, as a Hugging Face model does."""
+
+    def __init__(self, folder):
+        self.model = SimpleNamespace(name_or_path=folder)
+        self.stats = {"tokens_in": 0, "tokens_out": 0}
+
+    def read(self, questions, facts, final=False, steps=None):
+        return ["unknown"] * len(questions)
+
+
+def _llm_engine(built, folder):
+    index, encoder, _ = built
+    return Engine(index, encoder, config=DenseConfig(), reader=NamedReader(folder))
+
+
 def test_another_prompt_version_is_a_different_run(builtin_index, tmp_path, monkeypatch):
     import hpengine.models
 
     _, _, questions = builtin_index
     cfg = EvalConfig(batch_size=4, checkpoint=str(tmp_path / "run.jsonl"))
-    evaluate(_engine(builtin_index), questions[:4], cfg, progress=False, llm_name="some-llm")
+    evaluate(_llm_engine(builtin_index, "some-llm"), questions[:4], cfg, progress=False)
     monkeypatch.setitem(hpengine.models.QA_PROMPT_VERSIONS, "read", "read-v999")
     with pytest.raises(UserError, match=r"prompts.read: 'read-v1' in the file, 'read-v999' now"):
-        evaluate(_engine(builtin_index), questions[:4], cfg, progress=False, llm_name="some-llm")
+        evaluate(_llm_engine(builtin_index, "some-llm"), questions[:4], cfg, progress=False)
+
+
+def test_another_llm_is_a_different_run(builtin_index, tmp_path):
+    """The LLM is read off the engine's own models, so no caller can forget to name it."""
+    _, _, questions = builtin_index
+    cfg = EvalConfig(batch_size=4, checkpoint=str(tmp_path / "run.jsonl"))
+    evaluate(_llm_engine(builtin_index, "/models/a"), questions[:4], cfg, progress=False)
+    with pytest.raises(UserError, match=r"llm.reader: '/models/a' in the file, '/models/b' now"):
+        evaluate(_llm_engine(builtin_index, "/models/b"), questions[:4], cfg, progress=False)
