@@ -161,8 +161,8 @@ class GragConfig(EngineConfig):
     """GRAG-MH (SPEC §3, seed 002): seeds over entity and summary nodes, decayed k-hop expansion,
     candidate passages reranked with a diversity penalty; with an LLM, tree decomposition over
     ``paths`` reasoning paths and a self-consistency vote. n, k, lambda and tau are the paper's;
-    mu, ``dense_candidates`` and ``graph_weight`` come from the dev sweep in docs/results.md (the
-    paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
+    mu, ``dense_candidates``, ``graph_weight`` and ``fact_weight`` come from the dev sweep in
+    docs/results.md (the paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
     relevant passages out). ``paths`` and ``max_depth`` are not given there. Needs the index's
     GRAG parts (``hpengine index ... grag=true`` or ``python -m hpengine.pipeline.grag_build INDEX``)."""
 
@@ -177,13 +177,14 @@ class GragConfig(EngineConfig):
     rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph bonus)
     dense_candidates: int = 20  # the question's top dense passages added to the graph's candidates
     graph_weight: float = 0.1  # rerank score += this * the candidates' score range * support / max support
+    fact_weight: float = 0.3  # bi-encoder score: (1 - w) cos(q, passage) + w max cos(q, its facts)
     reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder cosine
     reranker_batch_size: int = 32
     paths: int = 3  # P: reasoning paths per question (LLM mode)
     max_depth: int = 4  # sub-questions per path at most (LLM mode)
     planner_max_new_tokens: int = 48
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
-    query_chunk_size: int = 32  # questions per expansion block ([N, chunk * seeds] frontiers)
+    query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
 
     def __post_init__(self):
         super().__post_init__()
@@ -196,3 +197,4 @@ class GragConfig(EngineConfig):
         _check_range("engine.diversity", self.diversity, 0.0)
         _check_range("engine.dense_candidates", self.dense_candidates, 0)
         _check_range("engine.graph_weight", self.graph_weight, 0.0)
+        _check_range("engine.fact_weight", self.fact_weight, 0.0, 1.0)

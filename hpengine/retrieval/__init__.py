@@ -3,7 +3,8 @@ GRAG-MH's decayed expansion."""
 from hpengine.retrieval._bfs import batched_bfs
 from hpengine.retrieval._chunking import HopPlan, plan_hop
 from hpengine.retrieval._dense import DenseIndex, dense_topk
-from hpengine.retrieval._grag import candidate_passages, candidate_support, decayed_expansion, diverse_rerank
+from hpengine.retrieval._grag import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
+                                      diverse_rerank)
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
 from hpengine.retrieval._ppr import personalized_pagerank, ppr_chunk_size
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
@@ -13,6 +14,7 @@ __all__ = [
     "HopPlan",
     "HopResult",
     "batched_bfs",
+    "best_fact_scores",
     "candidate_passages",
     "candidate_support",
     "decayed_expansion",

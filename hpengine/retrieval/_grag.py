@@ -9,7 +9,7 @@ from torch import Tensor
 
 from hpengine.sparse import gather_csr_rows
 
-__all__ = ["candidate_passages", "candidate_support", "decayed_expansion", "diverse_rerank"]
+__all__ = ["best_fact_scores", "candidate_passages", "candidate_support", "decayed_expansion", "diverse_rerank"]
 
 
 def decayed_expansion(adjacency: Tensor, seeds: Tensor, node_scores: Tensor, *, hops: int, decay: float,
@@ -123,6 +123,37 @@ def candidate_support(is_kept: Tensor, node_scores: Tensor, node_passage_crow: T
     value = node_scores[row, node].float()[pos]
     out.scatter_reduce_(0, row[pos] * num_passages + passage, value, reduce="amax")
     return out.view(q, num_passages)
+
+
+def best_fact_scores(query_emb: Tensor, fact_emb: Tensor, fact_passage: Tensor, num_passages: int, *,
+                     query_chunk_size: int = 32) -> Tensor:
+    """float32 ``[Q, P]``: each passage's best fact cosine with each query, ``max_{f in p} q . f``;
+    ``-inf`` for a passage with no fact. A finer-grained bi-encoder score than the passage's own
+    embedding: a passage about several things scores by the fact that matches.
+
+    Loops over query chunks only (bounds the ``[chunk, H]`` block).
+
+    Args:
+        query_emb: float ``[Q, D]``; fact_emb: float ``[H, D]`` (both L2-normalised);
+        fact_passage: int64 ``[H]`` passage of each fact; num_passages: P.
+
+    Example:
+        >>> f = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+        >>> best_fact_scores(torch.tensor([[1.0, 0.0]]), f, torch.tensor([0, 0, 2]), 3).tolist()
+        [[1.0, -inf, 0.6000000238418579]]
+    """
+    if query_emb.dim() != 2 or fact_emb.dim() != 2 or fact_passage.shape != fact_emb.shape[:1]:
+        raise ValueError(f"query_emb must be [Q, D], fact_emb [H, D] and fact_passage [H] (got "
+                         f"{tuple(query_emb.shape)}, {tuple(fact_emb.shape)}, {tuple(fact_passage.shape)})")
+    q = query_emb.shape[0]
+    out = torch.full((q, num_passages), -math.inf, dtype=torch.float32, device=query_emb.device)
+    facts = fact_emb.float().t()
+    step = max(query_chunk_size, 1)
+    for start in range(0, q, step):
+        block = query_emb[start:start + step].float() @ facts  # [chunk, H]
+        index = fact_passage.long().unsqueeze(0).expand(block.shape[0], -1)
+        out[start:start + step].scatter_reduce_(1, index, block, reduce="amax")
+    return out
 
 
 def diverse_rerank(scores: Tensor, embeddings: Tensor, *, diversity: float, k: int) -> tuple[Tensor, Tensor]:

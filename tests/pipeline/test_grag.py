@@ -17,7 +17,8 @@ from hpengine.models import DependencyTripleExtractor, LLMTripleExtractor, parse
 from hpengine.models import GenerateResult
 from hpengine.pipeline import Engine
 from hpengine.pipeline._grag_job import build_grag
-from hpengine.retrieval import candidate_passages, candidate_support, decayed_expansion, diverse_rerank
+from hpengine.retrieval import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
+                                diverse_rerank)
 from hpengine.testing import with_devices
 from hpengine.testing._fakes import HashingEncoder
 
@@ -174,6 +175,26 @@ def test_candidate_support_matches_loops(seed):
         assert got[i].tolist() == pytest.approx(ref, abs=1e-7)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_best_fact_scores_match_loops_at_every_chunk_size(seed):
+    g = torch.Generator().manual_seed(seed)
+    q, h, p, d = 5, 30, 12, 8
+    query = torch.nn.functional.normalize(torch.randn(q, d, generator=g), dim=1)
+    facts = torch.nn.functional.normalize(torch.randn(h, d, generator=g), dim=1)
+    owner = torch.randint(0, p - 2, (h,), generator=g)  # the last two passages have no fact
+    ref = [[-math.inf] * p for _ in range(q)]
+    for i in range(q):
+        for f in range(h):
+            ref[i][owner[f]] = max(ref[i][owner[f]], sum(a * b for a, b in zip(query[i].tolist(), facts[f].tolist())))
+    for chunk in (1, 2, 32):
+        got = best_fact_scores(query, facts, owner, p, query_chunk_size=chunk)
+        assert got.shape == (q, p) and got.dtype == torch.float32
+        for i in range(q):
+            assert got[i].tolist() == pytest.approx(ref[i], abs=1e-6)
+    with pytest.raises(ValueError, match="fact_passage"):
+        best_fact_scores(query, facts, owner[:-1], p)
+
+
 def _reference_diverse(scores, emb, mu, k):
     chosen, out = [], []
     avail = [j for j, x in enumerate(scores) if x > -math.inf]
@@ -201,6 +222,16 @@ def test_diverse_rerank_matches_greedy_loops():
         assert vals[i, : len(ids)].tolist() == pytest.approx(ref, abs=1e-5)
 
 
+def _reference_passage_scores(index, q_emb, w):
+    """Per passage: (1 - w) cos(q, passage) + w * the best cos(q, fact) over its facts (loops)."""
+    cos = (index.passage_emb.double() @ q_emb.double()).tolist()
+    fcos = (index.fact_emb.double() @ q_emb.double()).tolist()
+    best = {}
+    for f, p in enumerate(index.fact_passage.tolist()):
+        best[p] = max(best.get(p, -math.inf), fcos[f])
+    return [(1 - w) * c + w * best[p] if p in best else c for p, c in enumerate(cos)]
+
+
 def _reference_search(index, node_emb, is_graph, edges, node_passages, q_emb, cfg, width):
     """Steps 5-7 of one question in plain Python."""
     n = node_emb.shape[0]
@@ -212,7 +243,7 @@ def _reference_search(index, node_emb, is_graph, edges, node_passages, q_emb, cf
     for v, x in kept.items():
         for p in node_passages[v]:
             support[p] = max(support.get(p, -math.inf), x)
-    pcos = (index.passage_emb.double() @ q_emb.double()).tolist()
+    pcos = _reference_passage_scores(index, q_emb, cfg.fact_weight)
     dense = sorted(range(index.num_passages), key=lambda p: -pcos[p])
     for p in dense[: cfg.dense_candidates]:
         support[p] = max(support.get(p, 0.0), 0.0)
@@ -229,7 +260,8 @@ def _reference_search(index, node_emb, is_graph, edges, node_passages, q_emb, cf
 
 @pytest.mark.parametrize("cfg", [GragConfig(), GragConfig(max_over_seed=True),
                                  GragConfig(seeds=3, hops=2, decay=0.2, threshold=0.3, diversity=0.3, rerank_candidates=8),
-                                 GragConfig(dense_candidates=7, graph_weight=0.4, diversity=0.1, rerank_candidates=12)])
+                                 GragConfig(dense_candidates=7, graph_weight=0.4, diversity=0.1, rerank_candidates=12),
+                                 GragConfig(fact_weight=0.0), GragConfig(fact_weight=1.0, query_chunk_size=2)])
 def test_search_matches_per_question_reference(built, cfg):
     index, _, encoder, questions, _ = built
     engine = Engine(index, encoder, config=cfg)
@@ -258,7 +290,7 @@ def test_search_matches_per_question_reference(built, cfg):
         got = found["ranked"][i].tolist()
         assert found["scores"][i, : len(vals)].tolist() == pytest.approx(vals, abs=1e-5)
         # ids up to ties: equal scores may swap (the dense fill is compared by its cosine)
-        pcos = (index.passage_emb.double() @ q_emb[i].double()).tolist()
+        pcos = _reference_passage_scores(index, q_emb[i], cfg.fact_weight)
         for j, (a, b) in enumerate(zip(got, ranked)):
             if j < len(vals):
                 assert a == b or combined[a] == pytest.approx(combined[b], abs=1e-6)
@@ -287,16 +319,19 @@ def test_decayed_expansion_and_support_on_device_equal_cpu(device):
     crow = torch.arange(0, 2 * n + 1, 2)
     col = torch.randint(0, p, (2 * n,), generator=g)
     col = torch.stack([col.view(n, 2).min(1).values, col.view(n, 2).max(1).values], 1).view(-1)
+    facts, owner = torch.rand(2 * n, n, generator=g), torch.randint(0, p, (2 * n,), generator=g)
     out = {}
     for dev in ("cpu", device):
         adj = a.to(dev).to_sparse_csr()
         kept, sc = decayed_expansion(adj, seeds.to(dev), scores.to(dev), hops=3, decay=0.5, threshold=0.6,
                                      query_chunk_size=4)
         sup = candidate_support(kept, sc, crow.to(dev), col.to(dev), p)
-        out[dev] = (kept.cpu(), sc.cpu(), sup.cpu())
+        best = best_fact_scores(scores.to(dev), facts.to(dev), owner.to(dev), p, query_chunk_size=4)
+        out[dev] = (kept.cpu(), sc.cpu(), sup.cpu(), best.cpu())
     assert torch.equal(out["cpu"][0], out[device][0])
     assert torch.allclose(out["cpu"][1], out[device][1], atol=1e-6)
     assert torch.allclose(out["cpu"][2], out[device][2], atol=1e-6)
+    assert torch.allclose(out["cpu"][3], out[device][3], atol=1e-5)
 
 
 def test_cross_encoder_reranks_when_configured(built):

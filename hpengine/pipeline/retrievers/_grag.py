@@ -1,6 +1,7 @@
 """GRAG-MH (SPEC §3, seed 002) on the shared engine: seed nodes over entity and summary nodes,
 decayed k-hop expansion on the summary-augmented triple graph, candidate passages reranked
-(cross-encoder when configured, bi-encoder cosine otherwise) with a greedy diversity penalty.
+(cross-encoder when configured, otherwise the bi-encoder score: the passage's cosine blended with
+its best fact's) with a greedy diversity penalty.
 
 No-LLM mode runs that retrieval on the question. LLM mode grows ``paths`` reasoning paths per
 question (a tree decomposition): at each step one batched planner ``generate`` over every open
@@ -66,6 +67,22 @@ class GragSearch:
         ids = torch.where(torch.isfinite(top), ids, torch.full_like(ids, -1))
         return ids, sim.clamp_min(0)
 
+    def passage_scores(self, query_emb: Tensor) -> Tensor:
+        """The bi-encoder score of every passage, ``(1 - w) cos(q, passage) + w max_f cos(q, f)`` over
+        its facts ``f`` (``w = fact_weight``; the passage cosine alone for a passage with no fact).
+
+        Shapes:
+            query_emb ``[Q, D]`` -> ``[Q, P]``."""
+        from hpengine.retrieval import best_fact_scores
+
+        idx, w = self.index, self.cfg.fact_weight
+        cos = query_emb.float() @ idx.passage_emb.float().t()
+        if w == 0:
+            return cos
+        best = best_fact_scores(query_emb, idx.fact_emb, idx.fact_passage, idx.num_passages,
+                                query_chunk_size=self.cfg.query_chunk_size)
+        return torch.where(torch.isfinite(best), (1 - w) * cos + w * best, cos)
+
     def graph_bonus(self, base: Tensor, support: Tensor) -> Tensor:
         """``graph_weight * range(base) * support / max support`` per question, over the candidates
         (finite ``support``): the graph's share in units of the question's own spread of rerank
@@ -124,7 +141,7 @@ class GragSearch:
                                                  threshold=cfg.threshold, query_chunk_size=cfg.query_chunk_size,
                                                  max_over_seed=cfg.max_over_seed)
         support = candidate_support(is_kept, kept_scores, self.np_crow, self.np_col, idx.num_passages)
-        cos = query_emb.float() @ idx.passage_emb.float().t()  # [Q, P]: the rerank's and dense's, once
+        cos = self.passage_scores(query_emb)  # [Q, P]: the rerank's and dense's, once
         dense = torch.topk(cos, min(max(width, cfg.dense_candidates), idx.num_passages), dim=1).indices
         if cfg.dense_candidates:  # dense's top passages join the candidates with no graph support
             top = dense[:, : cfg.dense_candidates]
