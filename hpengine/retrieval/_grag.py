@@ -44,7 +44,7 @@ def decayed_expansion(adjacency: Tensor, seeds: Tensor, node_scores: Tensor, *, 
     Example:
         >>> a = torch.tensor([[0., 1, 0], [1, 0, 1], [0, 1, 0]]).to_sparse_csr()
         >>> kept, s = decayed_expansion(a, torch.tensor([[0]]), torch.tensor([[1.0, 0.9, 0.9]]), hops=2,
-        ...                             decay=0.5, threshold=0.5)
+        ...                             decay=0.5, threshold=0.7)
         >>> kept.tolist()
         [[True, True, False]]
     """

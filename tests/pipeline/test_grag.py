@@ -369,6 +369,7 @@ class ScriptedTree:
     def read(self, questions, facts, final=False, steps=None):
         self.read_calls.append((len(questions), final))
         if final:
+            self.final_facts = facts
             return [self.finals.get((q, tuple(a for _, a in (st or []))), "unknown") for q, st in zip(questions, steps)]
         return [next((a for k, a in self.answers.items() if k in q), "unknown") for q in questions]
 
@@ -400,6 +401,27 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
     assert llm.read_calls[-1] == (6, True)  # one final read over all paths
     assert engine.retriever.llm_components() == [llm]  # the planner's tokens reach the eval report
     assert len(set(p1.passages)) == len(p1.passages)
+
+
+@pytest.mark.parametrize("cap", [0, 1, 3, 5])
+def test_final_read_holds_the_steps_passages_round_robin(built, cap):
+    index, _, encoder, _, _ = built
+    q = "Where was the director of The Salt Lanterns born?"
+    plans = {(q, 0): ["Who directed The Salt Lanterns?", "Where was Ilse Marrow born?"]}
+    llm = ScriptedTree(plans, {"directed": "Ilse Marrow", "born": "Halden"}, {})
+    engine = Engine(index, encoder, config=GragConfig(paths=1, max_depth=3, final_passages=cap), decomposer=llm,
+                    reader=llm)
+    pred = engine.answer([q])[0]
+    first, second = (h.linked for h in pred.chain)
+    if cap == 0:  # every passage the path read, in read order
+        want = first + [p for p in second if p not in first]
+    else:
+        want = []
+        for a, b in zip(first, second):
+            want += [p for p in (a, b) if p not in want]
+        want = want[:cap]
+    assert len(want) == (cap or len(set(first + second)))
+    assert llm.final_facts == engine.steps.passage_texts(torch.tensor([want]))
 
 
 def test_llm_path_stops_when_the_planner_repeats_itself(built):

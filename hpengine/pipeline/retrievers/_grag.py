@@ -160,6 +160,29 @@ class GragSearch:
                 "candidates": torch.isfinite(support).sum(dim=1)}
 
 
+def final_read_passages(step_passages: list, cap: int) -> list:
+    """The passages a path's final read holds: its steps' ranked passages taken round-robin (every
+    step's first, then every step's second, ...) without repeats, at most ``cap``; ``cap = 0``: all
+    of them, in the order the path read them.
+
+    Example:
+        >>> final_read_passages([[3, 1, 4], [1, 5, 9]], 4), final_read_passages([[3, 1, 4], [1, 5, 9]], 0)
+        ([3, 1, 5, 4], [3, 1, 4, 5, 9])
+    """
+    out: list = []
+    if cap == 0:
+        for ps in step_passages:
+            out.extend(p for p in ps if p not in out)
+        return out
+    for rank in range(max((len(ps) for ps in step_passages), default=0)):
+        for ps in step_passages:
+            if rank < len(ps) and ps[rank] not in out:
+                out.append(ps[rank])
+                if len(out) == cap:
+                    return out
+    return out
+
+
 @register_retriever
 class GragRetriever(Retriever):
     """GRAG-MH over the index's GRAG parts (see :class:`~hpengine.config.GragConfig`)."""
@@ -283,9 +306,10 @@ class GragRetriever(Retriever):
                 read[i].extend(p for p in linked if p not in read[i])
                 step_scores[i].append(float(found["scores"][row, 0]))
             open_paths = [i for i, _ in asking]
-        # each path reads the final answer from its passages (the question's own when it read none)
+        # each path reads the final answer from its steps' passages (the question's own when it read none)
         fallback = ranked[:, : cfg.reader_passages].tolist()
-        passages = [read[i] or [p for p in fallback[owner[i]] if p >= 0] for i in range(len(owner))]
+        passages = [final_read_passages([r.linked for r in records[i]], cfg.final_passages)
+                    or [p for p in fallback[owner[i]] if p >= 0] for i in range(len(owner))]
         width = max(len(p) for p in passages) if passages else 0
         block = torch.full((len(owner), max(width, 1)), -1, dtype=torch.int64)
         for i, ps in enumerate(passages):
