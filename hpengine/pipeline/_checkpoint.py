@@ -53,7 +53,7 @@ def prediction_from_json(d: dict) -> Prediction:
     chain = [HopRecord(h["subquery"], h["answer"], [ChainFact(**f) for f in h["facts"]], list(h["linked"]))
              for h in d["chain"]]
     return Prediction(d["question"], d["answer"], chain, list(d["passages"]), list(d.get("diagnostics", [])),
-                      list(d.get("notes", [])))
+                      list(d.get("notes", [])), [dict(x) for x in d.get("paths", [])])
 
 
 def _key(question) -> str:

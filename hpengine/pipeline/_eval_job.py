@@ -10,6 +10,7 @@ from pathlib import Path
 from hpengine._profiling import peak_rss_mb
 from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig, ModelConfig
 from hpengine.pipeline._engine import Engine
+from hpengine.pipeline._types import path_stats
 
 
 def check_llm(cfg: ModelConfig) -> None:
@@ -159,6 +160,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         warnings.append(f"{gold_missing} of {n} questions have gold passages that are not in the index "
                         f"({missing_passages} passages): they count as not retrieved")
     diag = hop_diagnostics(questions, preds, idx) if any(p.diagnostics for p in preds) else None
+    paths = path_stats(preds)
     llm = _llm_counts(engine)
     seconds = dict(engine.timer.seconds)
     if ckpt is not None:  # the batches of earlier runs count too
@@ -183,6 +185,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         "decomposition_fallbacks": fallback,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         **({"hop_diagnostics": diag} if diag else {}),
+        **({"reasoning_paths": paths} if paths else {}),
         "records": records,
     }
 

@@ -16,7 +16,9 @@ from hpengine.graph import Index, IndexFormatError, build_index, builtin_corpus_
 from hpengine.models import DependencyTripleExtractor, LLMTripleExtractor, parse_triples
 from hpengine.models import GenerateResult
 from hpengine.pipeline import Engine
+from hpengine.pipeline._checkpoint import prediction_from_json, prediction_to_json
 from hpengine.pipeline._grag_job import build_grag
+from hpengine.pipeline._types import path_stats
 from hpengine.retrieval import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
                                 diverse_rerank)
 from hpengine.testing import with_devices
@@ -401,6 +403,21 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
     assert llm.read_calls[-1] == (6, True)  # one final read over all paths
     assert engine.retriever.llm_components() == [llm]  # the planner's tokens reach the eval report
     assert len(set(p1.passages)) == len(p1.passages)
+    assert [(x["steps"], x["answer"]) for x in p1.paths] == [(2, "Halden"), (2, "Halden"), (1, "Brenholt")]
+    assert [x["steps"] for x in p2.paths] == [1, 0, 1]
+    # paths 0 and 1 of q1 are the same path; no vote is unanimous
+    assert path_stats([p1, p2]) == {"questions": 2, "paths_per_question": 3.0, "distinct_paths_per_question": 2.5,
+                                    "steps_per_path": round(7 / 6, 3), "unanimous_votes": 0}
+    assert path_stats([engine.answer(["What is Sarn?"])[0]])["distinct_paths_per_question"] == 3.0
+    assert prediction_from_json(prediction_to_json(p1)) == p1  # a checkpoint keeps the paths
+    from hpengine.config import EvalConfig
+    from hpengine.eval import Question
+    from hpengine.pipeline import evaluate
+
+    report = evaluate(engine, [Question(str(i), q, ["Halden"], [], [], None, {}) for i, q in enumerate([q1, q2])],
+                      EvalConfig(batch_size=2), progress=False)
+    assert report["reasoning_paths"] == path_stats([p1, p2])
+    assert [x["answer"] for x in report["records"][0]["paths"]] == ["Halden", "Halden", "Brenholt"]
 
 
 @pytest.mark.parametrize("cap", [0, 1, 3, 5])

@@ -15,7 +15,8 @@ planners repeat instead of stopping), or reaches ``max_depth``.
 
 Prediction layout in LLM mode: ``chain`` holds one :class:`HopRecord` per step per path, path 0's
 steps first, its ``linked`` the step's read passages; ``notes`` holds the reranker line, one line
-per path (``"grag path p: n steps, answer 'a', score s"``) and the vote line.
+per path (``"grag path p: n steps, answer 'a', score s"``) and the vote line; ``paths`` the same per path as
+data (``steps``, ``answer``, ``score``), which the eval report sums up (``reasoning_paths``).
 """
 from __future__ import annotations
 
@@ -335,5 +336,7 @@ class GragRetriever(Retriever):
             merged = torch.cat([lead, ranked[qi: qi + 1]], dim=1)
             row = compact(merged, first_occurrence(merged), cfg.passage_width)[0].tolist()
             chain = [r for i in mine for r in records[i]]
-            out.append(Prediction(question, finals[winner], chain, [p for p in row if p >= 0], notes=notes))
+            paths = [{"steps": len(records[i]), "answer": finals[i], "score": round(path_score[i], 6)} for i in mine]
+            out.append(Prediction(question, finals[winner], chain, [p for p in row if p >= 0], notes=notes,
+                                  paths=paths))
         return out
