@@ -182,7 +182,7 @@ class GragConfig(EngineConfig):
     reranker_batch_size: int = 32
     paths: int = 3  # P: reasoning paths per question (LLM mode)
     max_depth: int = 4  # sub-questions per path at most (LLM mode)
-    final_passages: int = 0  # a path's final read: its steps' passages round-robin, at most this many (0: all)
+    final_passages: int = 5  # a path's final read: its steps' passages round-robin, at most this many (0: all)
     planner_max_new_tokens: int = 48
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
     query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
