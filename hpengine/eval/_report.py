@@ -301,7 +301,7 @@ def summary_rows(runs: list, curves: list) -> list:
             "questions_per_second": r.get("questions_per_second"), "wall_seconds": r.get("wall_seconds"),
             "seconds": dict(r.get("seconds") or {}),
             "llm_tokens_in": r.get("llm_tokens_in"), "llm_tokens_out": r.get("llm_tokens_out"),
-            "peak_rss_mb": r.get("peak_rss_mb"),
+            "peak_rss_mb": r.get("peak_rss_mb"), "reasoning_paths": r.get("reasoning_paths"),
         })
     return rows
 

@@ -126,6 +126,14 @@ def _setting(value) -> str:
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
 
 
+def _paths_cell(stats: dict | None) -> str:
+    """The run's ``reasoning_paths`` in a line (methods with several reasoning paths), else "–"."""
+    if not stats:
+        return "–"
+    return (f'{stats["paths_per_question"]:g} per question ({stats["distinct_paths_per_question"]:g} distinct), '
+            f'{stats["steps_per_path"]:g} steps each, {stats["unanimous_votes"]} of {stats["questions"]} unanimous')
+
+
 def _summary_table(data: ReportData) -> str:
     e = html.escape
     cols = [f"R@{k}" for k in TABLE_KS] + ["EM", "F1"]
@@ -138,7 +146,7 @@ def _summary_table(data: ReportData) -> str:
     head = ("<tr><th>run</th><th>method</th><th>settings that differ</th><th>questions</th>"
             + "".join(f"<th>{c}</th>" for c in cols)
             + "<th>questions/s</th><th>wall s</th><th>seconds per stage</th><th>LLM tokens in / out</th>"
-              "<th>peak RSS MiB</th></tr>")
+              "<th>peak RSS MiB</th><th>reasoning paths</th></tr>")
     body = []
     for j, row in enumerate(data.rows):
         settings = "\n".join(f"{k}={_setting(v[j])}" for k, v in data.differing.items()) or "–"
@@ -163,7 +171,8 @@ def _summary_table(data: ReportData) -> str:
                   f'<td class="num" data-key="wall_seconds">{_num(row["wall_seconds"], 1)}</td>',
                   f'<td class="stages" data-key="seconds">{e(stages)}</td>',
                   f'<td class="num" data-key="llm_tokens">{e(tokens)}</td>',
-                  f'<td class="num" data-key="peak_rss_mb">{_num(row["peak_rss_mb"], 0)}</td>']
+                  f'<td class="num" data-key="peak_rss_mb">{_num(row["peak_rss_mb"], 0)}</td>',
+                  f'<td data-key="reasoning_paths">{e(_paths_cell(row["reasoning_paths"]))}</td>']
         body.append(f'<tr data-run="{j}">' + "".join(cells) + "</tr>")
     return f'<div class="wide"><table id="summary">{head}{"".join(body)}</table></div>'
 

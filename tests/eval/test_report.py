@@ -137,6 +137,7 @@ def test_table_values_equal_the_run_files(runs, tmp_path):
         assert cells[j, "peak_rss_mb"] == f"{result['peak_rss_mb']:.0f}"
         assert cells[j, "seconds"] == "encode 1.25, retrieve 0.50"
         assert cells[j, "llm_tokens"] == "0 / 0"
+        assert cells[j, "reasoning_paths"] == "–"
         # cut-offs the run file lacks: the mean over questions of Recall@k from the ranked list
         for k in (1, 10):
             expected = _mean([r[f"recall@{k}"] if f"recall@{k}" in r else recall_from_ranks(r["gold_ranks"], k)
@@ -325,6 +326,10 @@ def test_llm_runs_show_their_model_and_tokens(runs):
     assert cells[1, "method"] == "hyperprove + LLM (qwen2.5-1.5b-instruct)"
     assert cells[1, "llm_tokens"] == "12,345 / 678"
     assert "model.llm=/models/qwen2.5-1.5b-instruct" in cells[1, "settings"]
+    llm["reasoning_paths"] = {"questions": 100, "paths_per_question": 3.0, "distinct_paths_per_question": 1.82,
+                              "steps_per_path": 2.13, "unanimous_votes": 68}
+    cells = _cells(build_report([hyper, llm]))
+    assert cells[1, "reasoning_paths"] == "3 per question (1.82 distinct), 2.13 steps each, 68 of 100 unanimous"
 
 
 def test_questions_without_gold_are_left_out_of_recall(runs):
