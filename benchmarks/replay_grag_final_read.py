@@ -52,7 +52,7 @@ def main() -> None:
     from hpengine.graph import Index
     from hpengine.models import Reader
     from hpengine.pipeline import Engine, encoder_for_index, peek_index_meta
-    from hpengine.pipeline.retrievers._grag import final_read_passages
+    from hpengine.pipeline.retrievers import final_read_passages
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     records = records[: args.max_questions] if args.max_questions else records

@@ -1,7 +1,7 @@
 """Retrieval methods behind one interface, one module each, found by name in a registry."""
 from hpengine.pipeline.retrievers._base import Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers._dense import DenseRetriever
-from hpengine.pipeline.retrievers._grag import GragRetriever, GragSearch
+from hpengine.pipeline.retrievers._grag import GragRetriever, GragSearch, final_read_passages
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
 from hpengine.pipeline.retrievers._ppr import PPRRetriever
 
@@ -14,6 +14,7 @@ __all__ = [
     "PPRRetriever",
     "Retriever",
     "available_retrievers",
+    "final_read_passages",
     "get_retriever",
     "register_retriever",
 ]
