@@ -20,10 +20,14 @@ import time
 
 
 def _paths(rec: dict) -> tuple[list, list]:
-    """Per path: its chain records and its score, from the record's notes."""
-    notes = [n for n in rec.get("notes", []) if n.startswith("grag path")]
-    steps = [int(re.search(r": (\d+) steps", n).group(1)) for n in notes]
-    scores = [float(re.search(r"score (-?[\d.]+)$", n).group(1)) for n in notes]
+    """Per path: its chain records and its score, from the record's ``paths`` (runs before that
+    field: its notes)."""
+    if rec.get("paths"):
+        steps, scores = [x["steps"] for x in rec["paths"]], [x["score"] for x in rec["paths"]]
+    else:
+        notes = [n for n in rec.get("notes", []) if n.startswith("grag path")]
+        steps = [int(re.search(r": (\d+) steps", n).group(1)) for n in notes]
+        scores = [float(re.search(r"score (-?[\d.]+)$", n).group(1)) for n in notes]
     out, i = [], 0
     for s in steps:
         out.append(rec["chain"][i:i + s])

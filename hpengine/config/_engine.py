@@ -178,7 +178,7 @@ class GragConfig(EngineConfig):
     dense_candidates: int = 20  # the question's top dense passages added to the graph's candidates
     graph_weight: float = 0.1  # rerank score += this * the candidates' score range * support / max support
     fact_weight: float = 0.3  # bi-encoder score: (1 - w) cos(q, passage) + w max cos(q, its facts)
-    reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder cosine
+    reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder score
     reranker_batch_size: int = 32
     paths: int = 3  # P: reasoning paths per question (LLM mode)
     max_depth: int = 4  # sub-questions per path at most (LLM mode)

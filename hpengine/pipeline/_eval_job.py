@@ -10,7 +10,6 @@ from pathlib import Path
 from hpengine._profiling import peak_rss_mb
 from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig, ModelConfig
 from hpengine.pipeline._engine import Engine
-from hpengine.pipeline._types import path_stats
 
 
 def check_llm(cfg: ModelConfig) -> None:
@@ -188,6 +187,33 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         **({"reasoning_paths": paths} if paths else {}),
         "records": records,
     }
+
+
+def path_stats(preds: list) -> dict | None:
+    """Over the predictions with reasoning paths (:attr:`Prediction.paths`): paths and distinct
+    paths per question (by their (sub-question, answer) steps and final answer), steps per path,
+    and how many votes were unanimous (every path's normalised answer the same). None when no
+    prediction has paths."""
+    from hpengine.eval import normalize_answer
+
+    with_paths = [p for p in preds if p.paths]
+    if not with_paths:
+        return None
+    steps = distinct = unanimous = paths = 0
+    for p in with_paths:
+        start, seen = 0, set()
+        for path in p.paths:
+            n = path["steps"]
+            seen.add((tuple((h.subquery, h.answer) for h in p.chain[start:start + n]), path["answer"]))
+            start += n
+            steps += n
+        paths += len(p.paths)
+        distinct += len(seen)
+        unanimous += len({normalize_answer(x["answer"]) for x in p.paths}) == 1
+    q = len(with_paths)
+    return {"questions": q, "paths_per_question": round(paths / q, 3),
+            "distinct_paths_per_question": round(distinct / q, 3), "steps_per_path": round(steps / paths, 3),
+            "unanimous_votes": unanimous}
 
 
 def hop_diagnostics(questions: list, preds: list, index) -> list:

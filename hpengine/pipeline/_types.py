@@ -51,31 +51,3 @@ class Prediction:
         if self.paths:
             out["paths"] = [dict(x) for x in self.paths]
         return out
-
-
-def path_stats(preds: list) -> dict | None:
-    """Over the predictions with reasoning paths (:attr:`Prediction.paths`): paths and distinct
-    paths per question (by their (sub-question, answer) steps and final answer), steps per path,
-    and how many votes were unanimous (every path's normalised answer the same). None when no
-    prediction has paths."""
-    from hpengine.eval import normalize_answer
-
-    with_paths = [p for p in preds if p.paths]
-    if not with_paths:
-        return None
-    steps = distinct = unanimous = paths = 0
-    for p in with_paths:
-        start, seen = 0, set()
-        for path in p.paths:
-            n = path["steps"]
-            seen.add((tuple((h.subquery, h.answer) for h in p.chain[start:start + n]), path["answer"]))
-            start += n
-            steps += n
-        paths += len(p.paths)
-        distinct += len(seen)
-        unanimous += len({normalize_answer(x["answer"]) for x in p.paths}) == 1
-    q = len(with_paths)
-    return {"questions": q, "paths_per_question": round(paths / q, 3),
-            "distinct_paths_per_question": round(distinct / q, 3), "steps_per_path": round(steps / paths, 3),
-            "unanimous_votes": unanimous}
-

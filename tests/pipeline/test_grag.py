@@ -18,7 +18,7 @@ from hpengine.models import GenerateResult
 from hpengine.pipeline import Engine
 from hpengine.pipeline._checkpoint import prediction_from_json, prediction_to_json
 from hpengine.pipeline._grag_job import build_grag
-from hpengine.pipeline._types import path_stats
+from hpengine.pipeline._eval_job import path_stats
 from hpengine.retrieval import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
                                 diverse_rerank)
 from hpengine.testing import with_devices

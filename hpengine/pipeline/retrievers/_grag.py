@@ -277,7 +277,6 @@ class GragRetriever(Retriever):
         path_no = [p for _ in questions for p in range(num_paths)]
         history = [[] for _ in owner]  # (sub-question, answer) per step
         records = [[] for _ in owner]
-        read = [[] for _ in owner]  # passage ids each path has read
         step_scores = [[] for _ in owner]
         open_paths = list(range(len(owner)))
         for _ in range(cfg.max_depth):
@@ -304,7 +303,6 @@ class GragRetriever(Retriever):
                 linked = [p for p in ps if p >= 0]
                 history[i].append((sq, a))
                 records[i].append(HopRecord(sq, a, f, linked))
-                read[i].extend(p for p in linked if p not in read[i])
                 step_scores[i].append(float(found["scores"][row, 0]))
             open_paths = [i for i, _ in asking]
         # each path reads the final answer from its steps' passages (the question's own when it read none)
@@ -332,7 +330,8 @@ class GragRetriever(Retriever):
             notes = [note] + [f"grag path {path_no[i]}: {len(records[i])} steps, answer {finals[i]!r}, "
                               f"score {path_score[i]:.4f}" for i in mine]
             notes.append(f"grag vote: {finals[winner]!r} from {len(votes[key])} of {len(mine)} paths")
-            lead = torch.tensor([read[winner] or [-1]], dtype=torch.int64, device=ranked.device)
+            read = final_read_passages([r.linked for r in records[winner]], 0)  # every passage it read
+            lead = torch.tensor([read or [-1]], dtype=torch.int64, device=ranked.device)
             merged = torch.cat([lead, ranked[qi: qi + 1]], dim=1)
             row = compact(merged, first_occurrence(merged), cfg.passage_width)[0].tolist()
             chain = [r for i in mine for r in records[i]]
