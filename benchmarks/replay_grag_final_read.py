@@ -1,15 +1,20 @@
-"""Replay the final reads of a GRAG-MH LLM-mode run with each path's final read capped at K
-passages (``GragConfig.final_passages``): each recorded step's retrieval is rerun at the given
-settings (checked against the record's passages), each path reads the question's final answer
-again from its steps' passages, and the paths vote as the engine does. Costs one batched read per
-cap instead of a whole run.
+"""Replay the final reads of a GRAG-MH LLM-mode run under other final-read settings: each
+recorded step's retrieval is rerun at the run's settings (checked against the record's
+passages), then for each variant every path reads the question's final answer again as the
+engine would at that variant (its passages from ``path_read_passages``, its prompt and choice
+mapping from the engine's final read step) and the paths vote as the engine does
+(``self_consistency_vote``). Costs one batched read per variant instead of a whole run.
 
     python benchmarks/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
-        --llm /work/models/qwen2.5-coder-1.5b --caps 5 [--set engine.fact_weight=0]
+        --llm /work/models/qwen2.5-coder-1.5b --set engine.fact_weight=0 \\
+        --variants "engine.final_passages=0 engine.final_with_steps=always engine.resolve_choice=false" \\
+                   "engine.final_with_question=true"
 
 ``--set`` takes the run's settings where they differ from today's defaults (a run made before
 ``fact_weight`` existed needs ``engine.fact_weight=0``); "steps whose passages differ" must be 0
-for a faithful replay. Cap 0 is every passage read, in read order (the run's own read).
+for a faithful replay. A variant is a space-separated list of ``engine.FIELD=VALUE`` on top of
+``--set`` ("" is today's defaults); list the run's own final-read settings first to check that the
+replay reproduces its answers. A prompt that an earlier variant read is not read again.
 """
 from __future__ import annotations
 
@@ -35,12 +40,29 @@ def _paths(rec: dict) -> tuple[list, list]:
     return out, scores
 
 
+class _CachedReader:
+    """The reader with a memo over final reads, so variants that give a path the same prompt
+    (same question, passages and shown sub-answers) read it once."""
+
+    def __init__(self, reader):
+        self.reader, self.memo = reader, {}
+
+    def read(self, questions, facts, final=False, steps=None):
+        steps = steps if steps is not None else [None] * len(questions)
+        keys = [(q, tuple(f), final, tuple(st) if st else None) for q, f, st in zip(questions, facts, steps)]
+        todo = [i for i, k in enumerate(keys) if k not in self.memo]
+        got = self.reader.read([questions[i] for i in todo], [facts[i] for i in todo], final=final,
+                               steps=[steps[i] for i in todo]) if todo else []
+        self.memo.update((keys[i], a) for i, a in zip(todo, got))
+        return [self.memo[k] for k in keys]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", required=True, help="bench_qa.py JSON of a grag LLM-mode run")
     ap.add_argument("--index", required=True, help="the index it ran on (with GRAG parts)")
     ap.add_argument("--llm", required=True)
-    ap.add_argument("--caps", default="5", help="comma-separated final_passages values (0: every passage read)")
+    ap.add_argument("--variants", nargs="+", default=[""], help="final-read settings to replay, one string each")
     ap.add_argument("--set", nargs="*", default=[], help="engine.FIELD=VALUE settings of the run")
     ap.add_argument("--max-questions", type=int, default=0, help="the run's first N records only (0: all)")
     ap.add_argument("--batch-size", type=int, default=32)
@@ -55,8 +77,8 @@ def main() -> None:
     from hpengine.eval import exact_match, f1_score, normalize_answer
     from hpengine.graph import Index
     from hpengine.models import Reader
-    from hpengine.pipeline import Engine, encoder_for_index, peek_index_meta
-    from hpengine.pipeline.retrievers import final_read_passages
+    from hpengine.pipeline import Engine, HopRecord, encoder_for_index, peek_index_meta
+    from hpengine.pipeline.retrievers import path_read_passages, self_consistency_vote
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     records = records[: args.max_questions] if args.max_questions else records
@@ -64,53 +86,57 @@ def main() -> None:
     index = Index.load(args.index, expected_encoder=enc.name)
     cfg = _apply(GragConfig(), args.set, "engine")
     engine = Engine(index, enc, config=cfg)
+    search = engine.retriever.search
+    chains = [_paths(r)[0] for r in records]
     items = [(qi, pi, si, cfg.search_template.format(subquery=h["subquery"], question=r["question"]).strip())
-             for qi, r in enumerate(records) for pi, ch in enumerate(_paths(r)[0]) for si, h in enumerate(ch)]
+             for qi, r in enumerate(records) for pi, ch in enumerate(chains[qi]) for si, h in enumerate(ch)]
     step_ids, differ = {}, 0
     for start in range(0, len(items), 256):
         chunk = items[start:start + 256]
         texts = [t for *_, t in chunk]
-        found = engine.retriever.search.search(texts, engine.steps.encode(texts), cfg.passage_width)
+        found = search.search(texts, engine.steps.encode(texts), cfg.passage_width)
         for (qi, pi, si, _), row in zip(chunk, found["ranked"][:, : cfg.reader_passages].tolist()):
             ids = [p for p in row if p >= 0]
             step_ids[qi, pi, si] = ids
-            differ += [index.passages[p].title for p in ids] != _paths(records[qi])[0][pi][si]["linked"]
+            differ += [index.passages[p].title for p in ids] != chains[qi][pi][si]["linked"]
+    own = []  # the question's own ranked passages (no-LLM retrieval at the run's settings)
+    for start in range(0, len(records), 256):
+        texts = [r["question"] for r in records[start:start + 256]]
+        found = search.search(texts, engine.steps.encode(texts), cfg.passage_width)
+        own += [[p for p in row if p >= 0] for row in found["ranked"][:, : cfg.reader_passages].tolist()]
     print(f"{len(items)} steps, steps whose passages differ from the run's: {differ}", flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(args.llm)
     model = AutoModelForCausalLM.from_pretrained(args.llm, dtype=torch.bfloat16).eval()
     reader = Reader(model, tokenizer, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens)
-    ps = index.passages
+    cached = _CachedReader(reader)
     n = len(records)
-    for cap in (int(c) for c in args.caps.split(",")):
-        questions, facts, steps, owner = [], [], [], []
+    for variant in args.variants:
+        vcfg = _apply(GragConfig(), args.set + variant.split(), "engine")
+        steps = Engine(index, enc, config=vcfg, reader=cached).steps
+        questions, reads, hops, owner = [], [], [], []
         for qi, r in enumerate(records):
-            for pi, chain in enumerate(_paths(r)[0]):
-                order = final_read_passages([step_ids[qi, pi, si] for si in range(len(chain))], cap)
+            for pi, chain in enumerate(chains[qi]):
+                ids = path_read_passages(own[qi], [step_ids[qi, pi, si] for si in range(len(chain))], vcfg)
                 questions.append(r["question"])
-                facts.append([f"{ps[p].title}: {ps[p].text}" for p in order])
-                steps.append([(h["subquery"], h["answer"]) for h in chain] or None)
+                reads.append(steps.passage_texts(torch.tensor([ids or [-1]]))[0])
+                hops.append([HopRecord(h["subquery"], h["answer"], [], []) for h in chain])
                 owner.append((qi, pi))
         start, tokens = time.perf_counter(), reader.stats["tokens_in"]
-        finals = reader.read(questions, facts, final=True, steps=steps)
+        finals = steps.final_answers(questions, reads, hops)
         seconds = time.perf_counter() - start
         per: dict = {}
         for (qi, pi), a in zip(owner, finals):
-            per.setdefault(qi, []).append((pi, a))
+            per.setdefault(qi, []).append(a)
         em = f1 = same = 0.0
         for qi, r in enumerate(records):
-            scores = _paths(r)[1]
             pred = r["prediction"]
-            if qi in per:  # the engine's vote: most paths, then the best path score, then the earlier path
-                votes: dict = {}
-                for pi, a in per[qi]:
-                    votes.setdefault(normalize_answer(a), []).append(pi)
-                key = max(votes, key=lambda k: (len(votes[k]), max(scores[i] for i in votes[k]), -votes[k][0]))
-                pred = dict(per[qi])[max(votes[key], key=lambda i: (scores[i], -i))]
+            if qi in per:
+                pred = per[qi][self_consistency_vote(per[qi], _paths(r)[1])]
             same += normalize_answer(pred) == normalize_answer(r["prediction"])
             em += exact_match(pred, r["gold"])
             f1 += f1_score(pred, r["gold"])
-        print(f"final_passages {cap}: EM {em / n:.3f} F1 {f1 / n:.3f}, answers as in the run {same:.0f}/{n}, "
+        print(f"[{variant or 'defaults'}] EM {em / n:.3f} F1 {f1 / n:.3f}, answers as in the run {same:.0f}/{n}, "
               f"{len(questions)} prompts, {reader.stats['tokens_in'] - tokens:,} tokens in, {seconds:.0f} s "
               f"(the run: EM {sum(r['em'] for r in records) / n:.3f} F1 {sum(r['f1'] for r in records) / n:.3f})",
               flush=True)

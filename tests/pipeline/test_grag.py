@@ -19,6 +19,7 @@ from hpengine.pipeline import Engine
 from hpengine.pipeline._checkpoint import prediction_from_json, prediction_to_json
 from hpengine.pipeline._grag_job import build_grag
 from hpengine.pipeline._eval_job import path_stats
+from hpengine.pipeline.retrievers import self_consistency_vote
 from hpengine.retrieval import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
                                 diverse_rerank)
 from hpengine.testing import with_devices
@@ -434,11 +435,57 @@ def test_final_read_holds_the_steps_passages_round_robin(built, cap):
         want = first + [p for p in second if p not in first]
     else:
         want = []
-        for a, b in zip(first, second):
-            want += [p for p in (a, b) if p not in want]
+        for pair in zip(first, second):
+            for p in pair:
+                want += [p] if p not in want else []
         want = want[:cap]
     assert len(want) == (cap or len(set(first + second)))
     assert llm.final_facts == engine.steps.passage_texts(torch.tensor([want]))
+
+
+def test_final_read_can_lead_with_the_questions_own_passages(built):
+    index, _, encoder, _, _ = built
+    q = "Where was the director of The Salt Lanterns born?"
+    plans = {(q, 0): ["Who directed The Salt Lanterns?", "Where was Ilse Marrow born?"], (q, 1): []}
+    llm = ScriptedTree(plans, {"directed": "Ilse Marrow", "born": "Halden"}, {})
+    cfg = GragConfig(paths=2, max_depth=3, final_passages=4, final_with_question=True)
+    engine = Engine(index, encoder, config=cfg, decomposer=llm, reader=llm)
+    pred = engine.answer([q])[0]
+    own = engine.retriever.search.search([q], engine.steps.encode([q]), cfg.passage_width)["ranked"][0]
+    own = [p for p in own[: cfg.reader_passages].tolist() if p >= 0]
+    first, second = (h.linked for h in pred.chain)
+    want = []
+    for trio in zip(own, first, second):
+        for p in trio:
+            want += [p] if p not in want else []
+    path0, path1 = llm.final_facts  # path 1 asked nothing: it reads the question's own passages
+    assert path0 == engine.steps.passage_texts(torch.tensor([want[:4]]))[0]
+    assert path1 == engine.steps.passage_texts(torch.tensor([own[:4]]))[0]
+
+
+@pytest.mark.parametrize("mode", ["always", "comparisons", "never"])
+def test_final_read_shows_the_sub_answers_as_configured_and_resolves_choices(built, mode):
+    index, _, encoder, _, _ = built
+    q1 = "Where was the director of The Salt Lanterns born?"
+    q2 = "Which is older, The Salt Lanterns or Sarn?"
+    plans = {(q1, 0): ["Who directed The Salt Lanterns?"], (q2, 0): ["When was The Salt Lanterns made?"]}
+    # the final read of q2 answers with what one option led to: resolve_choice maps it to that option
+    finals = {(q1, ("Ilse Marrow",)): "Halden", (q1, ()): "Brenholt", (q2, ("1901",)): "1901", (q2, ()): "Sarn"}
+    llm = ScriptedTree(plans, {"directed": "Ilse Marrow", "made": "1901"}, finals)
+    engine = Engine(index, encoder, config=GragConfig(paths=1, final_with_steps=mode), decomposer=llm, reader=llm)
+    p1, p2 = engine.answer([q1, q2])
+    assert p1.answer == ("Halden" if mode == "always" else "Brenholt")
+    assert p2.answer == ("Sarn" if mode == "never" else "The Salt Lanterns")
+    engine = Engine(index, encoder, config=GragConfig(paths=1, final_with_steps=mode, resolve_choice=False),
+                    decomposer=llm, reader=llm)
+    assert engine.answer([q2])[0].answer == ("Sarn" if mode == "never" else "1901")
+
+
+def test_self_consistency_vote_most_paths_then_best_score():
+    assert self_consistency_vote(["Halden", "Brenholt", "halden"], [0.2, 0.9, 0.5]) == 2
+    assert self_consistency_vote(["a", "b"], [0.1, 0.3]) == 1  # a tie of counts: the better path
+    assert self_consistency_vote(["a", "b"], [0.3, 0.3]) == 0  # and then the earlier path
+    assert self_consistency_vote(["The city", "city", "Caldoria"], [0.1, 0.2, 0.9]) == 1
 
 
 def test_llm_path_stops_when_the_planner_repeats_itself(built):

@@ -184,6 +184,37 @@ def final_read_passages(step_passages: list, cap: int) -> list:
     return out
 
 
+def path_read_passages(question_passages: list, step_passages: list, cfg: GragConfig) -> list:
+    """A path's final read: :func:`final_read_passages` over its steps' passages, with the
+    question's own ranked passages as the first list when ``cfg.final_with_question``; the
+    question's own when the path read none.
+
+    Example:
+        >>> path_read_passages([7, 3], [[3, 1, 4], [1, 5, 9]], GragConfig(final_passages=4, final_with_question=True))
+        [7, 3, 1, 5]
+    """
+    lists = ([question_passages] if cfg.final_with_question else []) + list(step_passages)
+    return final_read_passages(lists, cfg.final_passages) or list(question_passages)
+
+
+def self_consistency_vote(answers: list, scores: list) -> int:
+    """The winning path's position: its normalised answer is the most frequent (ties: the higher
+    best path score among the paths that gave it, then the earlier first path), and among those
+    paths it has the best score (then the earliest).
+
+    Example:
+        >>> self_consistency_vote(["Halden", "Brenholt", "halden"], [0.2, 0.9, 0.5])
+        2
+    """
+    from hpengine.eval import normalize_answer
+
+    votes: dict = {}  # normalised answer -> its paths' positions, in path order
+    for i, a in enumerate(answers):
+        votes.setdefault(normalize_answer(a), []).append(i)
+    key = max(votes, key=lambda k: (len(votes[k]), max(scores[i] for i in votes[k]), -votes[k][0]))
+    return max(votes[key], key=lambda i: (scores[i], -i))
+
+
 @register_retriever
 class GragRetriever(Retriever):
     """GRAG-MH over the index's GRAG parts (see :class:`~hpengine.config.GragConfig`)."""
@@ -305,31 +336,23 @@ class GragRetriever(Retriever):
                 records[i].append(HopRecord(sq, a, f, linked))
                 step_scores[i].append(float(found["scores"][row, 0]))
             open_paths = [i for i, _ in asking]
-        # each path reads the final answer from its steps' passages (the question's own when it read none)
-        fallback = ranked[:, : cfg.reader_passages].tolist()
-        passages = [final_read_passages([r.linked for r in records[i]], cfg.final_passages)
-                    or [p for p in fallback[owner[i]] if p >= 0] for i in range(len(owner))]
+        own = [[p for p in row if p >= 0] for row in ranked[:, : cfg.reader_passages].tolist()]
+        passages = [path_read_passages(own[owner[i]], [r.linked for r in records[i]], cfg) for i in range(len(owner))]
         width = max(len(p) for p in passages) if passages else 0
         block = torch.full((len(owner), max(width, 1)), -1, dtype=torch.int64)
         for i, ps in enumerate(passages):
             block[i, : len(ps)] = torch.tensor(ps, dtype=torch.int64)
-        with s.timer.stage("read"):
-            finals = s.reader.read([questions[q] for q in owner], s.passage_texts(block), final=True,
-                                   steps=[h or None for h in history])
+        finals = s.final_answers([questions[q] for q in owner], s.passage_texts(block), records)
         qscore = question_scores[:, 0].tolist()
         path_score = [sum(sc) / len(sc) if sc else qscore[owner[i]] for i, sc in enumerate(step_scores)]
         out = []
         for qi, question in enumerate(questions):
             mine = [i for i in range(len(owner)) if owner[i] == qi]
-            votes: dict = {}  # normalised answer -> its paths, in path order
-            for i in mine:
-                votes.setdefault(normalize_answer(finals[i]), []).append(i)
-            # most paths; ties: the higher best path score; then the earlier path
-            key = max(votes, key=lambda k: (len(votes[k]), max(path_score[i] for i in votes[k]), -votes[k][0]))
-            winner = max(votes[key], key=lambda i: (path_score[i], -i))
+            winner = mine[self_consistency_vote([finals[i] for i in mine], [path_score[i] for i in mine])]
+            agree = sum(normalize_answer(finals[i]) == normalize_answer(finals[winner]) for i in mine)
             notes = [note] + [f"grag path {path_no[i]}: {len(records[i])} steps, answer {finals[i]!r}, "
                               f"score {path_score[i]:.4f}" for i in mine]
-            notes.append(f"grag vote: {finals[winner]!r} from {len(votes[key])} of {len(mine)} paths")
+            notes.append(f"grag vote: {finals[winner]!r} from {agree} of {len(mine)} paths")
             read = final_read_passages([r.linked for r in records[winner]], 0)  # every passage it read
             lead = torch.tensor([read or [-1]], dtype=torch.int64, device=ranked.device)
             merged = torch.cat([lead, ranked[qi: qi + 1]], dim=1)
