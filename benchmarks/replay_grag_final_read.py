@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=[""], help="final-read settings to replay, one string each")
     ap.add_argument("--set", nargs="*", default=[], help="engine.FIELD=VALUE settings of the run")
     ap.add_argument("--max-questions", type=int, default=0, help="the run's first N records only (0: all)")
+    ap.add_argument("--out", default="", help="JSON file for every variant's per-path answers and votes")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-batch-tokens", type=int, default=16384)
     args = ap.parse_args()
@@ -111,6 +112,7 @@ def main() -> None:
     reader = Reader(model, tokenizer, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens)
     cached = _CachedReader(reader)
     n = len(records)
+    saved = []
     for variant in args.variants:
         vcfg = _apply(GragConfig(), args.set + variant.split(), "engine")
         steps = Engine(index, enc, config=vcfg, reader=cached).steps
@@ -129,13 +131,19 @@ def main() -> None:
         for (qi, pi), a in zip(owner, finals):
             per.setdefault(qi, []).append(a)
         em = f1 = same = 0.0
+        preds = []
         for qi, r in enumerate(records):
             pred = r["prediction"]
             if qi in per:
                 pred = per[qi][self_consistency_vote(per[qi], _paths(r)[1])]
+            preds.append({"id": r["id"], "paths": per.get(qi, []), "prediction": pred})
             same += normalize_answer(pred) == normalize_answer(r["prediction"])
             em += exact_match(pred, r["gold"])
             f1 += f1_score(pred, r["gold"])
+        saved.append({"variant": variant, "em": round(em / n, 4), "f1": round(f1 / n, 4), "records": preds})
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump({"run": args.run, "set": args.set, "variants": saved}, fh)
         print(f"[{variant or 'defaults'}] EM {em / n:.3f} F1 {f1 / n:.3f}, answers as in the run {same:.0f}/{n}, "
               f"{len(questions)} prompts, {reader.stats['tokens_in'] - tokens:,} tokens in, {seconds:.0f} s "
               f"(the run: EM {sum(r['em'] for r in records) / n:.3f} F1 {sum(r['f1'] for r in records) / n:.3f})",
