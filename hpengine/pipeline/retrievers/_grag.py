@@ -7,8 +7,10 @@ No-LLM mode runs that retrieval on the question. LLM mode grows ``paths`` reason
 question (a tree decomposition): at each step one batched planner ``generate`` over every open
 path of every question asks its next sub-question or says the path suffices; the sub-questions
 are retrieved for together and answered in one batched read; each path then reads the question's
-final answer from its passages, and the most frequent normalised answer wins (ties: the higher
-mean retrieval score of the paths that gave it).
+final answer from its passages (:func:`path_read_passages`) through the engine's final-read step
+(``final_with_steps``, ``resolve_choice``), and the most frequent normalised answer wins
+(:func:`self_consistency_vote`; ties: the better best path among those that gave it, a path's
+score being the mean of its steps' top retrieval scores).
 
 A path stops when the planner says it suffices, asks a sub-question it already asked (small
 planners repeat instead of stopping), or reaches ``max_depth``.
