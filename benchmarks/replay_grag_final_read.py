@@ -91,20 +91,20 @@ def main() -> None:
     chains = [_paths(r)[0] for r in records]
     items = [(qi, pi, si, cfg.search_template.format(subquery=h["subquery"], question=r["question"]).strip())
              for qi, r in enumerate(records) for pi, ch in enumerate(chains[qi]) for si, h in enumerate(ch)]
-    step_ids, differ = {}, 0
-    for start in range(0, len(items), 256):
-        chunk = items[start:start + 256]
-        texts = [t for *_, t in chunk]
-        found = search.search(texts, engine.steps.encode(texts), cfg.passage_width)
-        for (qi, pi, si, _), row in zip(chunk, found["ranked"][:, : cfg.reader_passages].tolist()):
-            ids = [p for p in row if p >= 0]
-            step_ids[qi, pi, si] = ids
-            differ += [index.passages[p].title for p in ids] != chains[qi][pi][si]["linked"]
-    own = []  # the question's own ranked passages (no-LLM retrieval at the run's settings)
-    for start in range(0, len(records), 256):
-        texts = [r["question"] for r in records[start:start + 256]]
-        found = search.search(texts, engine.steps.encode(texts), cfg.passage_width)
-        own += [[p for p in row if p >= 0] for row in found["ranked"][:, : cfg.reader_passages].tolist()]
+
+    def read_ids(texts: list) -> list:
+        """The reader_passages passage ids each text's search reads, 256 texts per batch."""
+        out = []
+        for start in range(0, len(texts), 256):
+            chunk = texts[start:start + 256]
+            ranked = search.search(chunk, engine.steps.encode(chunk), cfg.passage_width)["ranked"]
+            out += [[p for p in row if p >= 0] for row in ranked[:, : cfg.reader_passages].tolist()]
+        return out
+
+    step_ids = {(qi, pi, si): ids for (qi, pi, si, _), ids in zip(items, read_ids([t for *_, t in items]))}
+    differ = sum([index.passages[p].title for p in ids] != chains[qi][pi][si]["linked"]
+                 for (qi, pi, si), ids in step_ids.items())
+    own = read_ids([r["question"] for r in records])  # the question's own (no-LLM retrieval at the run's settings)
     print(f"{len(items)} steps, steps whose passages differ from the run's: {differ}", flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(args.llm)

@@ -184,7 +184,9 @@ class GragConfig(EngineConfig):
     max_depth: int = 4  # sub-questions per path at most (LLM mode)
     final_passages: int = 5  # a path's final read: its steps' passages round-robin, at most this many (0: all)
     final_with_question: bool = False  # the question's own top passages are the first list of that round-robin
-    final_with_steps: str = "always"  # the final read sees the path's (sub-question, answer) pairs (see EngineConfig)
+    # the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
+    # "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
+    final_with_steps: str = "always"
     planner_max_new_tokens: int = 48
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
     query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])

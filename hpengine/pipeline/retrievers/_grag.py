@@ -308,8 +308,7 @@ class GragRetriever(Retriever):
         num_paths = cfg.paths
         owner = [qi for qi in range(len(questions)) for _ in range(num_paths)]
         path_no = [p for _ in questions for p in range(num_paths)]
-        history = [[] for _ in owner]  # (sub-question, answer) per step
-        records = [[] for _ in owner]
+        records = [[] for _ in owner]  # HopRecord per step
         step_scores = [[] for _ in owner]
         open_paths = list(range(len(owner)))
         for _ in range(cfg.max_depth):
@@ -317,10 +316,11 @@ class GragRetriever(Retriever):
                 break
             with s.timer.stage("plan"):
                 asked = self.planner.next_steps([questions[owner[i]] for i in open_paths],
-                                                [history[i] for i in open_paths], [path_no[i] for i in open_paths])
+                                                [[(r.subquery, r.answer) for r in records[i]] for i in open_paths],
+                                                [path_no[i] for i in open_paths])
             # a path stops when the planner says it suffices, or asks again what it asked before
             asking = [(i, sq) for i, sq in zip(open_paths, asked)
-                      if sq and normalize_answer(sq) not in {normalize_answer(q) for q, _ in history[i]}]
+                      if sq and normalize_answer(sq) not in {normalize_answer(r.subquery) for r in records[i]}]
             if not asking:
                 break
             subqs = [sq for _, sq in asking]
@@ -334,7 +334,6 @@ class GragRetriever(Retriever):
             facts = self._facts(top, found["scores"])
             for row, ((i, sq), a, f, ps) in enumerate(zip(asking, answers, facts, top.tolist())):
                 linked = [p for p in ps if p >= 0]
-                history[i].append((sq, a))
                 records[i].append(HopRecord(sq, a, f, linked))
                 step_scores[i].append(float(found["scores"][row, 0]))
             open_paths = [i for i, _ in asking]
@@ -349,7 +348,7 @@ class GragRetriever(Retriever):
         path_score = [sum(sc) / len(sc) if sc else qscore[owner[i]] for i, sc in enumerate(step_scores)]
         out = []
         for qi, question in enumerate(questions):
-            mine = [i for i in range(len(owner)) if owner[i] == qi]
+            mine = range(qi * num_paths, (qi + 1) * num_paths)  # a question's paths are contiguous
             winner = mine[self_consistency_vote([finals[i] for i in mine], [path_score[i] for i in mine])]
             agree = sum(normalize_answer(finals[i]) == normalize_answer(finals[winner]) for i in mine)
             notes = [note] + [f"grag path {path_no[i]}: {len(records[i])} steps, answer {finals[i]!r}, "
