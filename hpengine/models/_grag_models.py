@@ -153,7 +153,7 @@ class CrossEncoder:
 # ---------------------------------------------------------------------------------------------
 # Tree decomposition
 # ---------------------------------------------------------------------------------------------
-PLANNER_PROMPT_VERSION = "grag-tree-v1"
+PLANNER_PROMPT_VERSION = "grag-tree-v2"
 #: one strategy hint per path: distinct prompts make distinct greedy paths
 PATH_HINTS = (
     "Start with the entity the question names first.",
@@ -163,13 +163,46 @@ PATH_HINTS = (
 )
 _PLAN = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
          "either ask the next single-hop sub-question or, if the answers so far are enough to answer "
-         "the question, reply 'SUFFICIENT'. Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'.")
+         "the question, reply 'SUFFICIENT'. A sub-question asks for one fact, names its entities in full "
+         "(with the answers so far in place of what they found) and keeps the question's details. "
+         "Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'. Here are worked examples.")
+#: worked examples (question, steps so far, reply): a bridge hop that uses the answer found, a
+#: comparison whose steps suffice, and a first step. Small planners otherwise ask vague
+#: sub-questions ("What is the name of the home?") that lose the question's details.
+_PLAN_EXAMPLES = (
+    ("Who is the mother of the director of film Polish-Russian War?",
+     (("Who directed the film Polish-Russian War?", "Xawery Żuławski"),),
+     "Next: Who is the mother of Xawery Żuławski?"),
+    ("Which film came out first, Blind Shaft or The Mask Of Fu Manchu?",
+     (("When did the film Blind Shaft come out?", "2003"),
+      ("When did the film The Mask Of Fu Manchu come out?", "1932")),
+     "SUFFICIENT"),
+    ("In which country is the city where Alan Turing was born?", (), "Next: Where was Alan Turing born?"),
+)
+
+
+def _plan_state(question: str, history: Sequence) -> list:
+    lines = [f"Question: {question}"]
+    lines += [f"Step {i + 1}: {q} -> {a}" for i, (q, a) in enumerate(history)]
+    return lines
 
 
 def planner_prompt(question: str, history: Sequence, path: int) -> str:
-    """The planner's prompt for path ``path`` after ``history`` ``[(sub-question, answer)]``."""
-    lines = [_PLAN, PATH_HINTS[path % len(PATH_HINTS)], "", f"Question: {question}"]
-    lines += [f"Step {i + 1}: {q} -> {a}" for i, (q, a) in enumerate(history)]
+    """The planner's few-shot prompt for path ``path`` after ``history`` ``[(sub-question, answer)]``.
+
+    Example:
+        >>> print(planner_prompt("Where was the director of Alpha born?", [("Who directed Alpha?", "Ilse")], 0)
+        ...       .split("Now")[-1])
+         the question to answer. Start with the entity the question names first.
+        Question: Where was the director of Alpha born?
+        Step 1: Who directed Alpha? -> Ilse
+        Reply:
+    """
+    lines = [_PLAN, ""]
+    for n, (q, h, reply) in enumerate(_PLAN_EXAMPLES, 1):
+        lines += [f"Example {n}", *_plan_state(q, h), f"Reply: {reply}", ""]
+    lines.append(f"Now the question to answer. {PATH_HINTS[path % len(PATH_HINTS)]}")
+    lines += _plan_state(question, history)
     lines.append("Reply:")
     return "\n".join(lines)
 

@@ -488,6 +488,14 @@ def test_self_consistency_vote_most_paths_then_best_score():
     assert self_consistency_vote(["The city", "city", "Caldoria"], [0.1, 0.2, 0.9]) == 1
 
 
+def test_self_consistency_vote_unknown_abstains():
+    # two paths that could not tell do not outvote the one that could, whatever their scores
+    assert self_consistency_vote(["unknown", "Brenholt", "Unknown."], [0.9, 0.1, 0.9]) == 1
+    assert self_consistency_vote(["unknown", "", "Halden", "halden", "Brenholt"], [0.9] * 2 + [0.1] * 3) == 2
+    # when every path abstains the vote still names one: the best-scored
+    assert self_consistency_vote(["unknown", "unknown"], [0.1, 0.4]) == 1
+
+
 def test_llm_path_stops_when_the_planner_repeats_itself(built):
     index, _, encoder, _, _ = built
     q = "Where was the director of The Salt Lanterns born?"

@@ -10,7 +10,7 @@ are retrieved for together and answered in one batched read; each path then read
 final answer from its passages (:func:`path_read_passages`) through the engine's final-read step
 (``final_with_steps``, ``resolve_choice``), and the most frequent normalised answer wins
 (:func:`self_consistency_vote`; ties: the better best path among those that gave it, a path's
-score being the mean of its steps' top retrieval scores).
+score being the mean of its steps' top retrieval scores; a path that answers "unknown" abstains).
 
 A path stops when the planner says it suffices, asks a sub-question it already asked (small
 planners repeat instead of stopping), or reaches ``max_depth``.
@@ -28,6 +28,7 @@ from torch import Tensor
 from hpengine.config import GragConfig
 from hpengine.errors import UserError
 from hpengine.pipeline._ranking import compact, first_occurrence
+from hpengine.pipeline._text import is_unknown
 from hpengine.pipeline._types import HopRecord, Prediction
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 
@@ -202,17 +203,21 @@ def path_read_passages(question_passages: list, step_passages: list, cfg: GragCo
 def self_consistency_vote(answers: list, scores: list) -> int:
     """The winning path's position: its normalised answer is the most frequent (ties: the higher
     best path score among the paths that gave it, then the earlier first path), and among those
-    paths it has the best score (then the earliest).
+    paths it has the best score (then the earliest). A path whose reader said the facts do not
+    tell (``"unknown"``) abstains: it votes only when every path abstains.
 
     Example:
         >>> self_consistency_vote(["Halden", "Brenholt", "halden"], [0.2, 0.9, 0.5])
         2
+        >>> self_consistency_vote(["unknown", "Brenholt", "unknown"], [0.9, 0.2, 0.9])
+        1
     """
     from hpengine.eval import normalize_answer
 
+    voters = [i for i, a in enumerate(answers) if not is_unknown(a)] or list(range(len(answers)))
     votes: dict = {}  # normalised answer -> its paths' positions, in path order
-    for i, a in enumerate(answers):
-        votes.setdefault(normalize_answer(a), []).append(i)
+    for i in voters:
+        votes.setdefault(normalize_answer(answers[i]), []).append(i)
     key = max(votes, key=lambda k: (len(votes[k]), max(scores[i] for i in votes[k]), -votes[k][0]))
     return max(votes[key], key=lambda i: (scores[i], -i))
 
