@@ -1,0 +1,52 @@
+"""Recount the self-consistency vote of GRAG-MH LLM-mode runs from their recorded paths, with
+the engine's vote as it is now (``self_consistency_vote``): no model, no retrieval. A path's
+answer and score come from the record's ``paths`` (runs before that field: its notes), so this
+measures a change to the vote alone on runs already made.
+
+    python benchmarks/revote_grag.py OUT/hotpotqa_grag.json OUT/musique_grag.json
+
+Prints, per run, EM / F1 as recorded and as recounted, and how many predictions change.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+
+_NOTE = re.compile(r"grag path \d+: \d+ steps, answer (.*), score (-?[\d.]+)$")
+
+
+def path_answers(rec: dict) -> tuple[list, list]:
+    """A record's per-path answers and scores."""
+    if rec.get("paths"):
+        return [p["answer"] for p in rec["paths"]], [p["score"] for p in rec["paths"]]
+    found = [m for m in (_NOTE.match(n) for n in rec.get("notes", [])) if m]
+    return [ast.literal_eval(m.group(1)) for m in found], [float(m.group(2)) for m in found]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", help="bench_qa.py JSON files of grag LLM-mode runs")
+    args = ap.parse_args()
+
+    from hpengine.eval import exact_match, f1_score
+    from hpengine.pipeline.retrievers import self_consistency_vote
+
+    print("| run | questions | EM recorded | F1 recorded | EM recounted | F1 recounted | changed |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for path in args.runs:
+        for key, res in json.load(open(path))["results"].items():
+            recs = [r for r in res["records"] if path_answers(r)[0]]
+            em = f1 = em0 = f10 = changed = 0.0
+            for r in recs:
+                answers, scores = path_answers(r)
+                pred = answers[self_consistency_vote(answers, scores)]
+                em += exact_match(pred, r["gold"]); f1 += f1_score(pred, r["gold"])
+                em0 += r["em"]; f10 += r["f1"]; changed += pred != r["prediction"]
+            n = max(len(recs), 1)
+            print(f"| {key} | {len(recs)} | {em0 / n:.3f} | {f10 / n:.3f} | {em / n:.3f} | {f1 / n:.3f} | {int(changed)} |")
+
+
+if __name__ == "__main__":
+    main()
