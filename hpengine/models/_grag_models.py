@@ -191,9 +191,9 @@ def planner_prompt(question: str, history: Sequence, path: int) -> str:
     """The planner's few-shot prompt for path ``path`` after ``history`` ``[(sub-question, answer)]``.
 
     Example:
-        >>> print(planner_prompt("Where was the director of Alpha born?", [("Who directed Alpha?", "Ilse")], 0)
-        ...       .split("Now")[-1])
-         the question to answer. Start with the entity the question names first.
+        >>> prompt = planner_prompt("Where was the director of Alpha born?", [("Who directed Alpha?", "Ilse")], 0)
+        >>> print("\n".join(prompt.splitlines()[-4:]))
+        Now the question to answer. Start with the entity the question names first.
         Question: Where was the director of Alpha born?
         Step 1: Who directed Alpha? -> Ilse
         Reply:
