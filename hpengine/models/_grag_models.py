@@ -192,7 +192,8 @@ def planner_prompt(question: str, history: Sequence, path: int) -> str:
 
     Example:
         >>> prompt = planner_prompt("Where was the director of Alpha born?", [("Who directed Alpha?", "Ilse")], 0)
-        >>> print("\n".join(prompt.splitlines()[-4:]))
+        >>> for line in prompt.splitlines()[-4:]:
+        ...     print(line)
         Now the question to answer. Start with the entity the question names first.
         Question: Where was the director of Alpha born?
         Step 1: Who directed Alpha? -> Ilse
