@@ -187,6 +187,9 @@ class GragConfig(EngineConfig):
     # the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
     # "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
     final_with_steps: str = "always"
+    # the planner's prompt shows worked examples; false: the instruction alone (~2.6x fewer planner
+    # prompt tokens; F1 and EM on HotpotQA in docs/results.md, "The planner's worked examples")
+    planner_examples: bool = True
     planner_max_new_tokens: int = 48
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
     query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])

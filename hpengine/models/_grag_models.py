@@ -161,6 +161,9 @@ PATH_HINTS = (
     "Start with the most specific fact the question needs.",
     "Ask about the relation between the entities the question names.",
 )
+_PLAN_BARE = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
+              "either ask the next single-hop sub-question or, if the answers so far are enough to answer "
+              "the question, reply 'SUFFICIENT'. Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'.")
 _PLAN = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
          "either ask the next single-hop sub-question or, if the answers so far are enough to answer "
          "the question, reply 'SUFFICIENT'. A sub-question asks for one fact, names its entities in full "
@@ -187,8 +190,9 @@ def _plan_state(question: str, history: Sequence) -> list:
     return lines
 
 
-def planner_prompt(question: str, history: Sequence, path: int) -> str:
-    """The planner's few-shot prompt for path ``path`` after ``history`` ``[(sub-question, answer)]``.
+def planner_prompt(question: str, history: Sequence, path: int, examples: bool = True) -> str:
+    """The planner's prompt for path ``path`` after ``history`` ``[(sub-question, answer)]``, with
+    the worked examples (``examples``) or the instruction alone.
 
     Example:
         >>> prompt = planner_prompt("Where was the director of Alpha born?", [("Who directed Alpha?", "Ilse")], 0)
@@ -199,10 +203,13 @@ def planner_prompt(question: str, history: Sequence, path: int) -> str:
         Step 1: Who directed Alpha? -> Ilse
         Reply:
     """
+    hint = PATH_HINTS[path % len(PATH_HINTS)]
+    if not examples:
+        return "\n".join([_PLAN_BARE, hint, "", *_plan_state(question, history), "Reply:"])
     lines = [_PLAN, ""]
     for n, (q, h, reply) in enumerate(_PLAN_EXAMPLES, 1):
         lines += [f"Example {n}", *_plan_state(q, h), f"Reply: {reply}", ""]
-    lines.append(f"Now the question to answer. {PATH_HINTS[path % len(PATH_HINTS)]}")
+    lines.append(f"Now the question to answer. {hint}")
     lines += _plan_state(question, history)
     lines.append("Reply:")
     return "\n".join(lines)
@@ -230,17 +237,19 @@ class TreePlanner:
     Args:
         model, tokenizer: a causal instruction LM (the reader's).
         max_new_tokens, batch_size, max_batch_tokens: generation settings (:func:`batched_generate`).
+        examples: the planner prompt carries worked examples (:func:`planner_prompt`).
     """
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8, max_batch_tokens: int = 0):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8, max_batch_tokens: int = 0,
+                 examples: bool = True):
+        self.model, self.tokenizer, self.examples = model, tokenizer, examples
         self.max_new_tokens, self.batch_size, self.max_batch_tokens = max_new_tokens, batch_size, max_batch_tokens
         self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0}
 
     def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
         """Per path (its question, its ``[(sub-question, answer)]`` history, its path number), the
         next sub-question or None (sufficient)."""
-        prompts = [planner_prompt(q, h, p) for q, h, p in zip(questions, histories, paths)]
+        prompts = [planner_prompt(q, h, p, self.examples) for q, h, p in zip(questions, histories, paths)]
         if not prompts:
             return []
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,

@@ -514,3 +514,29 @@ def test_grag_config_validation():
         GragConfig(seeds=0)
     with pytest.raises(ValueError, match="llm_model"):
         GragBuildConfig(triples="llm")
+
+
+def test_planner_prompt_with_and_without_worked_examples(monkeypatch):
+    import hpengine.models._grag_models as gm
+
+    q, history = "Where was the director of Alpha born?", [("Who directed Alpha?", "Ilse Marrow")]
+    state = ["Question: " + q, "Step 1: Who directed Alpha? -> Ilse Marrow", "Reply:"]
+    bare = gm.planner_prompt(q, history, 1, examples=False).splitlines()
+    assert bare[1] == gm.PATH_HINTS[1] and bare[-3:] == state and not any(ln.startswith("Example") for ln in bare)
+    full = gm.planner_prompt(q, history, 1).splitlines()
+    assert full[-3:] == state and full[-4].endswith(gm.PATH_HINTS[1])
+    assert [ln for ln in full if ln.startswith("Example")] == [f"Example {n}" for n in (1, 2, 3)]
+    # each worked example ends with the reply it teaches, and the replies parse as the planner's own
+    replies = [ln[len("Reply: "):] for ln in full if ln.startswith("Reply: ")]
+    assert [gm.parse_plan_step(r) for r in replies] == ["Who is the mother of Xawery Żuławski?", None,
+                                                         "Where was Alan Turing born?"]
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, **kw):
+        seen.extend(prompts)
+        return GenerateResult(["SUFFICIENT"] * len(prompts), 0, 0, 0)
+
+    monkeypatch.setattr(gm, "batched_generate", fake_generate)
+    for examples in (True, False):
+        assert gm.TreePlanner(None, None, examples=examples).next_steps([q], [history], [1]) == [None]
+    assert seen == [gm.planner_prompt(q, history, 1), gm.planner_prompt(q, history, 1, examples=False)]

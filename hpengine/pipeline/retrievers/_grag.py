@@ -264,7 +264,8 @@ class GragRetriever(Retriever):
                 self._planner = TreePlanner(source.model, source.tokenizer,
                                             max_new_tokens=self.config.planner_max_new_tokens,
                                             batch_size=getattr(source, "batch_size", 8),
-                                            max_batch_tokens=getattr(source, "max_batch_tokens", 0))
+                                            max_batch_tokens=getattr(source, "max_batch_tokens", 0),
+                                            examples=self.config.planner_examples)
         return self._planner
 
     def llm_components(self) -> list:
