@@ -20,24 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
-
-
-def _paths(rec: dict) -> tuple[list, list]:
-    """Per path: its chain records and its score, from the record's ``paths`` (runs before that
-    field: its notes)."""
-    if rec.get("paths"):
-        steps, scores = [x["steps"] for x in rec["paths"]], [x["score"] for x in rec["paths"]]
-    else:
-        notes = [n for n in rec.get("notes", []) if n.startswith("grag path")]
-        steps = [int(re.search(r": (\d+) steps", n).group(1)) for n in notes]
-        scores = [float(re.search(r"score (-?[\d.]+)$", n).group(1)) for n in notes]
-    out, i = [], 0
-    for s in steps:
-        out.append(rec["chain"][i:i + s])
-        i += s
-    return out, scores
 
 
 class _CachedReader:
@@ -74,6 +57,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from bench_qa import _apply
+    from revote_grag import recorded_paths
     from hpengine.config import EncoderConfig, GragConfig
     from hpengine.eval import exact_match, f1_score, normalize_answer
     from hpengine.graph import Index
@@ -88,7 +72,7 @@ def main() -> None:
     cfg = _apply(GragConfig(), args.set, "engine")
     engine = Engine(index, enc, config=cfg)
     search = engine.retriever.search
-    chains = [_paths(r)[0] for r in records]
+    chains = [recorded_paths(r)[0] for r in records]
     items = [(qi, pi, si, cfg.search_template.format(subquery=h["subquery"], question=r["question"]).strip())
              for qi, r in enumerate(records) for pi, ch in enumerate(chains[qi]) for si, h in enumerate(ch)]
 
@@ -135,7 +119,7 @@ def main() -> None:
         for qi, r in enumerate(records):
             pred = r["prediction"]
             if qi in per:
-                pred = per[qi][self_consistency_vote(per[qi], _paths(r)[1])]
+                pred = per[qi][self_consistency_vote(per[qi], recorded_paths(r)[2])]
             preds.append({"id": r["id"], "paths": per.get(qi, []), "prediction": pred})
             same += normalize_answer(pred) == normalize_answer(r["prediction"])
             em += exact_match(pred, r["gold"])

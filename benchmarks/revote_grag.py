@@ -14,15 +14,24 @@ import ast
 import json
 import re
 
-_NOTE = re.compile(r"grag path \d+: \d+ steps, answer (.*), score (-?[\d.]+)$")
+_NOTE = re.compile(r"grag path \d+: (\d+) steps, answer (.*), score (-?[\d.]+)$")
 
 
-def path_answers(rec: dict) -> tuple[list, list]:
-    """A record's per-path answers and scores."""
+def recorded_paths(rec: dict) -> tuple[list, list, list]:
+    """A GRAG-MH record's per-path chain records, answers and scores, from its ``paths`` (runs
+    before that field: its notes, ``"grag path p: n steps, answer 'a', score s"``)."""
     if rec.get("paths"):
-        return [p["answer"] for p in rec["paths"]], [p["score"] for p in rec["paths"]]
-    found = [m for m in (_NOTE.match(n) for n in rec.get("notes", [])) if m]
-    return [ast.literal_eval(m.group(1)) for m in found], [float(m.group(2)) for m in found]
+        steps = [p["steps"] for p in rec["paths"]]
+        answers, scores = [p["answer"] for p in rec["paths"]], [p["score"] for p in rec["paths"]]
+    else:
+        found = [m for m in (_NOTE.match(n) for n in rec.get("notes", [])) if m]
+        steps = [int(m.group(1)) for m in found]
+        answers, scores = [ast.literal_eval(m.group(2)) for m in found], [float(m.group(3)) for m in found]
+    chains, i = [], 0
+    for n in steps:
+        chains.append(rec["chain"][i:i + n])
+        i += n
+    return chains, answers, scores
 
 
 def main() -> None:
@@ -37,10 +46,10 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for path in args.runs:
         for key, res in json.load(open(path))["results"].items():
-            recs = [r for r in res["records"] if path_answers(r)[0]]
+            recs = [(r, *recorded_paths(r)[1:]) for r in res["records"]]
+            recs = [x for x in recs if x[1]]
             em = f1 = em0 = f10 = changed = 0.0
-            for r in recs:
-                answers, scores = path_answers(r)
+            for r, answers, scores in recs:
                 pred = answers[self_consistency_vote(answers, scores)]
                 em += exact_match(pred, r["gold"]); f1 += f1_score(pred, r["gold"])
                 em0 += r["em"]; f10 += r["f1"]; changed += pred != r["prediction"]

@@ -161,14 +161,14 @@ PATH_HINTS = (
     "Start with the most specific fact the question needs.",
     "Ask about the relation between the entities the question names.",
 )
-_PLAN_BARE = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
+_PLAN_TASK = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
               "either ask the next single-hop sub-question or, if the answers so far are enough to answer "
-              "the question, reply 'SUFFICIENT'. Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'.")
-_PLAN = ("You answer a multi-hop question step by step. Given the question and the steps so far, "
-         "either ask the next single-hop sub-question or, if the answers so far are enough to answer "
-         "the question, reply 'SUFFICIENT'. A sub-question asks for one fact, names its entities in full "
-         "(with the answers so far in place of what they found) and keeps the question's details. "
-         "Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'. Here are worked examples.")
+              "the question, reply 'SUFFICIENT'. ")
+_PLAN_REPLY = "Reply with one line: 'Next: <sub-question>' or 'SUFFICIENT'."
+_PLAN_BARE = _PLAN_TASK + _PLAN_REPLY
+_PLAN = (_PLAN_TASK + "A sub-question asks for one fact, names its entities in full (with the answers so far "
+         "in place of what they found) and keeps the question's details. " + _PLAN_REPLY
+         + " Here are worked examples.")
 #: worked examples (question, steps so far, reply): a bridge hop that uses the answer found, a
 #: comparison whose steps suffice, and a first step. Small planners otherwise ask vague
 #: sub-questions ("What is the name of the home?") that lose the question's details.
