@@ -187,9 +187,17 @@ class GragConfig(EngineConfig):
     # the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
     # "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
     final_with_steps: str = "always"
+    # the final read does not show a path's steps that re-ask the question (``restate_f1``) when it
+    # has others: the reader copies such a step's answer instead of reading the others'
+    final_skip_restated: bool = True
     # the planner's prompt shows worked examples; false: the instruction alone (~2.6x fewer planner
     # prompt tokens; F1 and EM on HotpotQA in docs/results.md, "The planner's worked examples")
     planner_examples: bool = True
+    # a sub-question re-asks the question when its word F1 with it is at least this
+    restate_f1: float = 0.9
+    # a step after the first that re-asks the question ends its path (small planners re-ask the
+    # whole question where they should say SUFFICIENT)
+    restate_ends_path: bool = True
     planner_max_new_tokens: int = 48
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
     query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
@@ -207,3 +215,4 @@ class GragConfig(EngineConfig):
         _check_range("engine.final_passages", self.final_passages, 0)
         _check_range("engine.graph_weight", self.graph_weight, 0.0)
         _check_range("engine.fact_weight", self.fact_weight, 0.0, 1.0)
+        _check_range("engine.restate_f1", self.restate_f1, 0.0, 1.0)

@@ -1,10 +1,10 @@
 """Text rules of the QA pipeline that need no model: rewriting sub-queries, anchoring, choice
-questions, "unknown" answers. Every retriever's reading steps use these."""
+questions, "unknown" answers, re-asked questions. Every retriever's reading steps use these."""
 from __future__ import annotations
 
 import re
 
-from hpengine.eval import normalize_answer
+from hpengine.eval import f1_score, normalize_answer
 
 UNKNOWN = "unknown"
 
@@ -106,6 +106,20 @@ def resolve_choice(question: str, answer: str, steps: list) -> str:
             if len(named) == 1:
                 return named[0]
     return answer
+
+
+def restates(subquery: str, question: str, threshold: float) -> bool:
+    """Whether a sub-question re-asks the question: its word F1 with the question (SQuAD
+    normalisation) is at least ``threshold``.
+
+    Example:
+        >>> q = "Which film came out first, Charley and the Angel or The Boatniks?"
+        >>> restates("Which film came out first, Charley and the Angel or The Boatniks?", q, 0.9)
+        True
+        >>> restates("When was The Boatniks released?", q, 0.9)
+        False
+    """
+    return f1_score(subquery, [question]) >= threshold
 
 
 def is_unknown(answer: str) -> bool:

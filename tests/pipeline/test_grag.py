@@ -421,6 +421,41 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
     assert [x["answer"] for x in report["records"][0]["paths"]] == ["Halden", "Halden", "Brenholt"]
 
 
+@pytest.mark.parametrize("restate_ends_path", [False, True])
+def test_a_later_step_that_re_asks_the_question_ends_its_path(built, restate_ends_path):
+    index, _, encoder, _, _ = built
+    q = "Which film came out first, The Salt Lanterns or Sarn?"
+    plans = {(q, 0): ["When did The Salt Lanterns come out?", "When did Sarn come out?", q, "When did Brenholt come out?"],
+             (q, 1): [q, "When did Sarn come out?"]}  # a first step may be the question itself
+    answers = {"Salt Lanterns come": "1950", "Sarn come": "1960", "first": "Brenholt", "Brenholt come": "1940"}
+    llm = ScriptedTree(plans, answers, {})
+    engine = Engine(index, encoder, config=GragConfig(paths=2, max_depth=4, restate_ends_path=restate_ends_path),
+                    decomposer=llm, reader=llm)
+    pred = engine.answer([q])[0]
+    asked = [h.subquery for h in pred.chain]
+    if restate_ends_path:
+        assert asked == plans[(q, 0)][:2] + plans[(q, 1)]
+        assert [x["steps"] for x in pred.paths] == [2, 2]
+    else:
+        assert asked == plans[(q, 0)] + plans[(q, 1)]
+        assert [h.answer for h in pred.chain[2:4]] == ["Brenholt", "1940"]
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_the_final_read_leaves_out_a_step_that_re_asks_the_question(built, skip):
+    index, _, encoder, _, _ = built
+    q = "Which film came out first, The Salt Lanterns or Sarn?"
+    plans = {(q, 0): [q, "When did Sarn come out?"], (q, 1): [q]}  # path 1 has nothing else to show
+    answers = {"first": "Brenholt", "Sarn come": "1960"}
+    finals = {(q, ("Brenholt", "1960")): "Brenholt", (q, ("1960",)): "Sarn", (q, ("Brenholt",)): "Brenholt"}
+    llm = ScriptedTree(plans, answers, finals)
+    engine = Engine(index, encoder, config=GragConfig(paths=2, max_depth=3, final_skip_restated=skip),
+                    decomposer=llm, reader=llm)
+    pred = engine.answer([q])[0]
+    assert [x["answer"] for x in pred.paths] == (["Sarn", "Brenholt"] if skip else ["Brenholt", "Brenholt"])
+    assert len(pred.chain) == 3  # the step is still asked, read and recorded
+
+
 @pytest.mark.parametrize("cap", [0, 1, 3, 5])
 def test_final_read_holds_the_steps_passages_round_robin(built, cap):
     index, _, encoder, _, _ = built
@@ -540,3 +575,8 @@ def test_planner_prompt_with_and_without_worked_examples(monkeypatch):
     for examples in (True, False):
         assert gm.TreePlanner(None, None, examples=examples).next_steps([q], [history], [1]) == [None]
     assert seen == [gm.planner_prompt(q, history, 1), gm.planner_prompt(q, history, 1, examples=False)]
+
+
+def test_restate_f1_out_of_range_is_one_user_error():
+    with pytest.raises(UserError, match=r"engine\.restate_f1"):
+        GragConfig(restate_f1=1.5)

@@ -1,8 +1,8 @@
 """Retrieval methods behind one interface, one module each, found by name in a registry."""
 from hpengine.pipeline.retrievers._base import Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers._dense import DenseRetriever
-from hpengine.pipeline.retrievers._grag import (GragRetriever, GragSearch, final_read_passages, path_read_passages,
-                                               self_consistency_vote)
+from hpengine.pipeline.retrievers._grag import (GragRetriever, GragSearch, final_read_passages, final_read_steps,
+                                               path_read_passages, path_stops, self_consistency_vote)
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
 from hpengine.pipeline.retrievers._ppr import PPRRetriever
 
@@ -16,8 +16,10 @@ __all__ = [
     "Retriever",
     "available_retrievers",
     "final_read_passages",
+    "final_read_steps",
     "get_retriever",
     "path_read_passages",
+    "path_stops",
     "register_retriever",
     "self_consistency_vote",
 ]

@@ -7,13 +7,14 @@ No-LLM mode runs that retrieval on the question. LLM mode grows ``paths`` reason
 question (a tree decomposition): at each step one batched planner ``generate`` over every open
 path of every question asks its next sub-question or says the path suffices; the sub-questions
 are retrieved for together and answered in one batched read; each path then reads the question's
-final answer from its passages (:func:`path_read_passages`) through the engine's final-read step
-(``final_with_steps``, ``resolve_choice``), and the most frequent normalised answer wins
-(:func:`self_consistency_vote`; ties: the better best path among those that gave it, a path's
+final answer from its passages (:func:`path_read_passages`) and steps (:func:`final_read_steps`)
+through the engine's final-read step (``final_with_steps``, ``resolve_choice``), and the most
+frequent normalised answer wins (:func:`self_consistency_vote`; ties: the better best path among those that gave it, a path's
 score being the mean of its steps' top retrieval scores; a path that answers "unknown" abstains).
 
-A path stops when the planner says it suffices, asks a sub-question it already asked (small
-planners repeat instead of stopping), or reaches ``max_depth``.
+A path stops when the planner says it suffices, asks a sub-question it already asked or, after its
+first step, one that re-asks the question (small planners do either instead of stopping;
+:func:`path_stops`), or reaches ``max_depth``.
 
 Prediction layout in LLM mode: ``chain`` holds one :class:`HopRecord` per step per path, path 0's
 steps first, its ``linked`` the step's read passages; ``notes`` holds the reranker line, one line
@@ -27,8 +28,9 @@ from torch import Tensor
 
 from hpengine.config import GragConfig
 from hpengine.errors import UserError
+from hpengine.eval import normalize_answer
 from hpengine.pipeline._ranking import compact, first_occurrence
-from hpengine.pipeline._text import is_unknown
+from hpengine.pipeline._text import is_unknown, restates
 from hpengine.pipeline._types import HopRecord, Prediction
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 
@@ -200,6 +202,30 @@ def path_read_passages(question_passages: list, step_passages: list, cfg: GragCo
     return final_read_passages(lists, cfg.final_passages) or list(question_passages)
 
 
+def path_stops(question: str, asked: list, subquery: str | None, cfg: GragConfig) -> bool:
+    """Whether a path that has asked ``asked`` ends instead of asking ``subquery``: the planner said
+    it suffices (None), it asks again what it asked, or (``cfg.restate_ends_path``) a step after
+    the first re-asks the question (word F1 with it at least ``cfg.restate_f1``).
+
+    Example:
+        >>> q, cfg = "Which film came out first, Charley and the Angel or The Boatniks?", GragConfig()
+        >>> path_stops(q, [], q, cfg), path_stops(q, ["When was The Boatniks released?"], q, cfg)
+        (False, True)
+    """
+    if not subquery or normalize_answer(subquery) in {normalize_answer(a) for a in asked}:
+        return True
+    return bool(asked) and cfg.restate_ends_path and restates(subquery, question, cfg.restate_f1)
+
+
+def final_read_steps(question: str, steps: list, cfg: GragConfig) -> list:
+    """The steps (:class:`HopRecord`) a path's final read shows: all, or with
+    ``cfg.final_skip_restated`` those that do not re-ask the question (word F1 with it at least
+    ``cfg.restate_f1``), unless that leaves none."""
+    if not cfg.final_skip_restated:
+        return steps
+    return [h for h in steps if not restates(h.subquery, question, cfg.restate_f1)] or steps
+
+
 def self_consistency_vote(answers: list, scores: list) -> int:
     """The winning path's position: its normalised answer is the most frequent (ties: the higher
     best path score among the paths that gave it, then the earlier first path), and among those
@@ -212,8 +238,6 @@ def self_consistency_vote(answers: list, scores: list) -> int:
         >>> self_consistency_vote(["unknown", "Brenholt", "unknown"], [0.9, 0.2, 0.9])
         1
     """
-    from hpengine.eval import normalize_answer
-
     voters = [i for i, a in enumerate(answers) if not is_unknown(a)] or list(range(len(answers)))
     votes: dict = {}  # normalised answer -> its paths' positions, in path order
     for i in voters:
@@ -308,8 +332,6 @@ class GragRetriever(Retriever):
 
     # ------------------------------------------------------------- LLM mode
     def _answer_llm(self, questions: list, ranked: Tensor, question_scores: Tensor, note: str) -> list:
-        from hpengine.eval import normalize_answer
-
         s, cfg = self.steps, self.config
         num_paths = cfg.paths
         owner = [qi for qi in range(len(questions)) for _ in range(num_paths)]
@@ -324,9 +346,8 @@ class GragRetriever(Retriever):
                 asked = self.planner.next_steps([questions[owner[i]] for i in open_paths],
                                                 [[(r.subquery, r.answer) for r in records[i]] for i in open_paths],
                                                 [path_no[i] for i in open_paths])
-            # a path stops when the planner says it suffices, or asks again what it asked before
             asking = [(i, sq) for i, sq in zip(open_paths, asked)
-                      if sq and normalize_answer(sq) not in {normalize_answer(r.subquery) for r in records[i]}]
+                      if not path_stops(questions[owner[i]], [r.subquery for r in records[i]], sq, cfg)]
             if not asking:
                 break
             subqs = [sq for _, sq in asking]
@@ -349,7 +370,8 @@ class GragRetriever(Retriever):
         block = torch.full((len(owner), max(width, 1)), -1, dtype=torch.int64)
         for i, ps in enumerate(passages):
             block[i, : len(ps)] = torch.tensor(ps, dtype=torch.int64)
-        finals = s.final_answers([questions[q] for q in owner], s.passage_texts(block), records)
+        shown = [final_read_steps(questions[owner[i]], records[i], cfg) for i in range(len(owner))]
+        finals = s.final_answers([questions[q] for q in owner], s.passage_texts(block), shown)
         qscore = question_scores[:, 0].tolist()
         path_score = [sum(sc) / len(sc) if sc else qscore[owner[i]] for i, sc in enumerate(step_scores)]
         out = []
