@@ -49,6 +49,8 @@ def main() -> None:
                     help="prompts per LLM generate call at most (model.batch_size)")
     ap.add_argument("--llm-max-batch-tokens", type=int, default=16384,
                     help="padded prompt tokens per generate call at most (model.max_batch_tokens; 0: no cap)")
+    ap.add_argument("--llm-prefix-cache", action="store_true",
+                    help="read the prompts' shared token prefix once per generate call (model.prefix_cache)")
     ap.add_argument("--max-questions", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--device", default="cpu")
@@ -67,7 +69,8 @@ def main() -> None:
     encoders = {}  # each index is queried with its own encoder (MiniLM, E5, ...), loaded once per kind
     decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device,
                                               batch_size=args.llm_batch_size,
-                                              max_batch_tokens=args.llm_max_batch_tokens))
+                                              max_batch_tokens=args.llm_max_batch_tokens,
+                                              prefix_cache=args.llm_prefix_cache))
     retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
     rows, results = [], {}
     for name in args.datasets:

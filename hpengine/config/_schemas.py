@@ -178,6 +178,9 @@ class ModelConfig:
     dtype: str = "bfloat16"
     batch_size: int = 32  # prompts per generate call at most
     max_batch_tokens: int = 16384  # and padded prompt tokens per call at most (0: no cap)
+    # the token prefix all prompts of a call share (an instruction, worked examples) is read once
+    # and its key/value cache copied into each batch (models.batched_generate)
+    prefix_cache: bool = False
     max_new_tokens_decompose: int = 96
     max_new_tokens_read: int = 24
     max_input_tokens: int = 1536

@@ -75,6 +75,7 @@ class Decomposer:
     max_new_tokens: int = 96
     batch_size: int = 8
     max_batch_tokens: int = 0  # padded prompt tokens per generate call at most (0: batch_size alone)
+    prefix_cache: bool = False  # the prompts' shared token prefix read once per call
     stats: dict = field(default_factory=lambda: {"plans": 0, "fallback": 0, "tokens_in": 0, "tokens_out": 0,
                                                  "repeats": 0})
 
@@ -83,7 +84,8 @@ class Decomposer:
 
         prompts = [decomposition_prompt(q, self.max_hops) for q in questions]
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
-                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                               prefix_cache=self.prefix_cache)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out
         self.stats["repeats"] += res.repeats

@@ -4,10 +4,15 @@ Prompts are sorted by token length so that each batch pads little, generated lef
 greedy (``do_sample=False``) under ``torch.inference_mode``, and returned in input order. Identical
 prompts of one call (after templating and truncation) are generated once: greedy decoding gives
 them the same completion, and callers that grow several paths per question (GRAG-MH's tree, whose
-paths often ask the same sub-question) repeat many.
+paths often ask the same sub-question) repeat many. With ``prefix_cache``, the token prefix that
+all prompts of a call share (an instruction with worked examples) is read once and its key/value
+cache copied into every batch.
 """
 from __future__ import annotations
 
+import copy
+import inspect
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -28,12 +33,15 @@ class GenerateResult:
         tokens_out: generated tokens, up to and excluding the first eos/pad (each distinct prompt
             once).
         repeats: prompts answered by an identical prompt's completion (not generated again).
+        prefix_tokens: tokens of the prefix every prompt shares that were read once for all
+            (``prefix_cache``; counted in ``tokens_in`` for each prompt all the same).
     """
 
     texts: list[str]
     tokens_in: int
     tokens_out: int
     repeats: int = 0
+    prefix_tokens: int = 0
 
 
 def format_prompt(tokenizer, prompt: str, system: Optional[str] = None,
@@ -90,6 +98,39 @@ def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor,
     return input_ids.to(device), attention_mask.to(device)
 
 
+class _SharedPrefix:
+    """The key/value cache of a token prefix, computed once and copied into each batch.
+
+    Each batch's inputs are ``[prefix | left-padded suffixes]`` with the padding masked, so the
+    position ids (the attention mask's running count) continue from the prefix as they would
+    without padding."""
+
+    def __init__(self, model, prefix: list[int]):
+        self.prefix, self.device = prefix, model.device
+        out = model(input_ids=torch.tensor([prefix], dtype=torch.long, device=model.device), use_cache=True)
+        self.cache = getattr(out, "cache", None) or out.past_key_values
+        self.key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def inputs(self, suffixes: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """``input_ids``, ``attention_mask`` (both ``[B, P + S]``) and the cache argument of
+        ``generate`` for one batch of suffixes."""
+        ids, mask = _left_pad(suffixes, pad_id, self.device)
+        head = torch.tensor([self.prefix], dtype=torch.long, device=self.device).expand(len(suffixes), -1)
+        cache = copy.deepcopy(self.cache)
+        cache.batch_repeat_interleave(len(suffixes))
+        return torch.cat([head, ids], 1), torch.cat([torch.ones_like(head), mask], 1), {self.key: cache}
+
+
+def _shared_prefix_length(rows: list[list[int]]) -> int:
+    """Tokens every row starts with, leaving each row at least one of its own.
+
+    Example:
+        >>> _shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 3]])
+        2
+    """
+    return min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)
+
+
 def _cut(row: list[int], stop_ids: set[int]) -> list[int]:
     """Generated ids up to (excluding) the first stop id."""
     for i, token in enumerate(row):
@@ -130,6 +171,7 @@ def _cut_batches(lengths: list[int], batch_size: int, max_batch_tokens: int = 0)
 def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int,
                      batch_size: int, system: Optional[str] = None, use_chat_template: bool = True,
                      max_input_tokens: Optional[int] = None, max_batch_tokens: int = 0,
+                     prefix_cache: bool = False, min_prefix_tokens: int = 32,
                      progress: bool = False) -> GenerateResult:
     """Greedy generation for many prompts, batched by length.
 
@@ -152,6 +194,12 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
             exceeds this; 0 (default): batches of ``batch_size``. On a CPU a decoding step costs
             about the same for 8 or 32 prompts while padding costs real prefill, so a large
             ``batch_size`` with a token cap suits prompts of mixed lengths.
+        prefix_cache: read the token prefix all prompts share once (a batch of one) and give
+            every batch a copy of its key/value cache, when it is at least ``min_prefix_tokens``
+            long (default False). Batches are then cut by the prompts' own tokens. The same
+            greedy decoding, in other floating-point order: in low precision a completion can
+            differ from the uncached one where two tokens are nearly tied.
+        min_prefix_tokens: the shortest shared prefix worth caching (default 32).
         progress: show a tqdm progress bar over batches (default False).
 
     Returns:
@@ -180,24 +228,30 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     texts: list[str] = [""] * len(encoded)
     tokens_out = 0
-    batches = [order[b.start:b.stop] for b in _cut_batches([len(encoded[i]) for i in order], batch_size,
+    shared = _shared_prefix_length(encoded) if prefix_cache else 0
+    shared = shared if shared >= max(min_prefix_tokens, 1) else 0
+    batches = [order[b.start:b.stop] for b in _cut_batches([len(encoded[i]) - shared for i in order], batch_size,
                                                             max_batch_tokens)]
     if progress:
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="generate", unit="batch")
     with torch.inference_mode():
+        prefix = _SharedPrefix(model, encoded[0][:shared]) if shared else None
         for idx in batches:
-            input_ids, attention_mask = _left_pad([encoded[i] for i in idx], pad_id, model.device)
+            if prefix is not None:
+                input_ids, attention_mask, cache = prefix.inputs([encoded[i][shared:] for i in idx], pad_id)
+            else:
+                (input_ids, attention_mask), cache = _left_pad([encoded[i] for i in idx], pad_id, model.device), {}
             output = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                     max_new_tokens=max_new_tokens, do_sample=False,
                                     temperature=None, top_p=None, top_k=None,
                                     pad_token_id=pad_id, eos_token_id=sorted(stop_ids - {pad_id})
-                                    or pad_id)
+                                    or pad_id, **cache)
             # .tolist() is fine here: generation already synchronised, and decoding is host-side.
             for i, row in zip(idx, output[:, input_ids.shape[1]:].tolist()):
                 kept = _cut(row, stop_ids)
                 tokens_out += len(kept)
                 texts[i] = tokenizer.decode(kept, skip_special_tokens=True).strip()
     return GenerateResult(texts=[texts[j] for j in slot], tokens_in=sum(len(e) for e in encoded),
-                          tokens_out=tokens_out, repeats=len(prompts) - len(encoded))
+                          tokens_out=tokens_out, repeats=len(prompts) - len(encoded), prefix_tokens=shared)

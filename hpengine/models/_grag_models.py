@@ -236,14 +236,16 @@ class TreePlanner:
 
     Args:
         model, tokenizer: a causal instruction LM (the reader's).
-        max_new_tokens, batch_size, max_batch_tokens: generation settings (:func:`batched_generate`).
+        max_new_tokens, batch_size, max_batch_tokens, prefix_cache: generation settings
+            (:func:`batched_generate`).
         examples: the planner prompt carries worked examples (:func:`planner_prompt`).
     """
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8, max_batch_tokens: int = 0,
-                 examples: bool = True):
+                 examples: bool = True, prefix_cache: bool = False):
         self.model, self.tokenizer, self.examples = model, tokenizer, examples
         self.max_new_tokens, self.batch_size, self.max_batch_tokens = max_new_tokens, batch_size, max_batch_tokens
+        self.prefix_cache = prefix_cache
         self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0}
 
     def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
@@ -253,7 +255,8 @@ class TreePlanner:
         if not prompts:
             return []
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
-                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                               prefix_cache=self.prefix_cache)
         self.stats["calls"] += len(prompts)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out

@@ -42,6 +42,7 @@ class Reader:
     max_new_tokens: int = 24
     batch_size: int = 8
     max_batch_tokens: int = 0  # padded prompt tokens per generate call at most (0: batch_size alone)
+    prefix_cache: bool = False  # the prompts' shared token prefix read once per call
     max_facts: int = 20
     stats: dict = field(default_factory=lambda: {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0})
 
@@ -54,7 +55,8 @@ class Reader:
         steps = steps if steps is not None else [None] * len(questions)
         prompts = [reading_prompt(q, f[: self.max_facts], final, st) for q, f, st in zip(questions, facts, steps)]
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
-                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens)
+                               batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens,
+                               prefix_cache=self.prefix_cache)
         self.stats["calls"] += len(prompts)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out

@@ -43,7 +43,8 @@ def load_llm(cfg: ModelConfig):
 
     tok = AutoTokenizer.from_pretrained(cfg.llm)
     model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
-    batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens}
+    batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens,
+                "prefix_cache": cfg.prefix_cache}
     return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, **batching),
             Reader(model, tok, max_new_tokens=cfg.max_new_tokens_read, **batching))
 

@@ -163,3 +163,31 @@ def test_token_capped_batches(tiny):
     assert len(calls) - len(PROMPTS) > 1  # the cap split the batch of 6
     with pytest.raises(ValueError, match="max_batch_tokens"):
         batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=6, max_batch_tokens=-1)
+
+
+def test_shared_prefix_read_once_gives_the_same_completions(tiny):
+    model, tokenizer = tiny
+    head = "The quick brown fox jumps over the lazy dog and " * 4
+    prompts = [head + p for p in PROMPTS]
+    calls = []
+    real = model.generate
+
+    def spying(**kw):
+        calls.append(("cache" in kw or "past_key_values" in kw, tuple(kw["input_ids"].shape)))
+        return real(**kw)
+
+    model.generate = spying
+    plain = batched_generate(model, tokenizer, prompts, max_new_tokens=6, batch_size=4)
+    cached = batched_generate(model, tokenizer, prompts, max_new_tokens=6, batch_size=4, prefix_cache=True,
+                              min_prefix_tokens=8)
+    assert cached.texts == plain.texts and len(set(plain.texts)) > 1
+    assert (cached.tokens_in, cached.tokens_out) == (plain.tokens_in, plain.tokens_out)
+    own = [tokenizer(p)["input_ids"] for p in prompts]
+    assert plain.prefix_tokens == 0 and 8 <= cached.prefix_tokens < min(map(len, own))
+    assert all(own[0][:cached.prefix_tokens] == ids[:cached.prefix_tokens] for ids in own)
+    assert [c for c, _ in calls] == [False, False, True, True]
+    # one prompt: all but its last token is the prefix; a prefix below the minimum is not cached
+    one = batched_generate(model, tokenizer, prompts[:1], max_new_tokens=6, batch_size=1, prefix_cache=True)
+    assert one.texts == plain.texts[:1] and one.prefix_tokens == len(own[0]) - 1
+    short = batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=4, prefix_cache=True)
+    assert short.prefix_tokens == 0 and calls[-1][0] is False

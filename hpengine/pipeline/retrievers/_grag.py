@@ -289,7 +289,8 @@ class GragRetriever(Retriever):
                                             max_new_tokens=self.config.planner_max_new_tokens,
                                             batch_size=getattr(source, "batch_size", 8),
                                             max_batch_tokens=getattr(source, "max_batch_tokens", 0),
-                                            examples=self.config.planner_examples)
+                                            examples=self.config.planner_examples,
+                                            prefix_cache=getattr(source, "prefix_cache", False))
         return self._planner
 
     def llm_components(self) -> list:
