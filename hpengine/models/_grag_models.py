@@ -246,7 +246,7 @@ class TreePlanner:
         self.model, self.tokenizer, self.examples = model, tokenizer, examples
         self.max_new_tokens, self.batch_size, self.max_batch_tokens = max_new_tokens, batch_size, max_batch_tokens
         self.prefix_cache = prefix_cache
-        self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0}
+        self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0, "prefix_tokens": 0}
 
     def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
         """Per path (its question, its ``[(sub-question, answer)]`` history, its path number), the
@@ -261,4 +261,5 @@ class TreePlanner:
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out
         self.stats["repeats"] += res.repeats
+        self.stats["prefix_tokens"] += res.prefix_tokens
         return [parse_plan_step(t) for t in res.texts]
