@@ -109,7 +109,8 @@ def main() -> None:
         cfgs = [_apply(GragConfig(), args.set + v.split(), "engine") for v in args.variants]
         records = [r for r in records if any(path_view(r["question"], ch, c) != path_view(r["question"], ch, base)
                                              for ch in recorded_paths(r)[0] for c in cfgs)]
-        kept = [r for r in run_records if r not in records]
+        chosen = {r["id"] for r in records}
+        kept = [r for r in run_records if r["id"] not in chosen]
         print(f"{len(records)} of {len(run_records)} questions have a path that a variant changes", flush=True)
     enc = encoder_for_index(peek_index_meta(args.index), EncoderConfig(name_or_path=""))
     index = Index.load(args.index, expected_encoder=enc.name)
@@ -136,7 +137,8 @@ def main() -> None:
     step_top = {(qi, pi, si): sc for (qi, pi, si, _), sc in zip(items, got_top)}
     differ = sum([index.passages[p].title for p in ids] != chains[qi][pi][si]["linked"]
                  for (qi, pi, si), ids in step_ids.items())
-    own, own_top = read_ids([r["question"] for r in records])  # the question's own (no-LLM retrieval at the run's settings)
+    # the question's own passages (no-LLM retrieval at the run's settings)
+    own, own_top = read_ids([r["question"] for r in records])
     print(f"{len(items)} steps, steps whose passages differ from the run's: {differ}", flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(args.llm)
@@ -183,10 +185,10 @@ def main() -> None:
         if args.out:
             with open(args.out, "w") as fh:
                 json.dump({"run": args.run, "set": args.set, "variants": saved}, fh)
-        print(f"[{variant or 'defaults'}] EM {em / n:.3f} F1 {f1 / n:.3f}, answers as in the run {same:.0f}/{len(records)}, "
-              f"{len(questions)} prompts, {reader.stats['tokens_in'] - tokens:,} tokens in, {seconds:.0f} s "
-              f"(the run: EM {sum(r['em'] for r in run_records) / n:.3f} F1 {sum(r['f1'] for r in run_records) / n:.3f})",
-              flush=True)
+        run_em, run_f1 = (sum(r[k] for r in run_records) / n for k in ("em", "f1"))
+        print(f"[{variant or 'defaults'}] EM {em / n:.3f} F1 {f1 / n:.3f}, answers as in the run "
+              f"{same:.0f}/{len(records)}, {len(questions)} prompts, {reader.stats['tokens_in'] - tokens:,} tokens in, "
+              f"{seconds:.0f} s (the run: EM {run_em:.3f} F1 {run_f1:.3f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -425,7 +425,8 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
 def test_a_later_step_that_re_asks_the_question_ends_its_path(built, restate_ends_path):
     index, _, encoder, _, _ = built
     q = "Which film came out first, The Salt Lanterns or Sarn?"
-    plans = {(q, 0): ["When did The Salt Lanterns come out?", "When did Sarn come out?", q, "When did Brenholt come out?"],
+    plans = {(q, 0): ["When did The Salt Lanterns come out?", "When did Sarn come out?", q,
+                      "When did Brenholt come out?"],
              (q, 1): [q, "When did Sarn come out?"]}  # a first step may be the question itself
     answers = {"Salt Lanterns come": "1950", "Sarn come": "1960", "first": "Brenholt", "Brenholt come": "1940"}
     llm = ScriptedTree(plans, answers, {})
@@ -577,6 +578,6 @@ def test_planner_prompt_with_and_without_worked_examples(monkeypatch):
     assert seen == [gm.planner_prompt(q, history, 1), gm.planner_prompt(q, history, 1, examples=False)]
 
 
-def test_restate_f1_out_of_range_is_one_user_error():
+def test_restate_f1_out_of_range_is_a_config_error():
     with pytest.raises(ValueError, match=r"engine\.restate_f1"):  # the CLI prints it as one line
         GragConfig(restate_f1=1.5)

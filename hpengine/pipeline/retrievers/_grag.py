@@ -9,8 +9,9 @@ path of every question asks its next sub-question or says the path suffices; the
 are retrieved for together and answered in one batched read; each path then reads the question's
 final answer from its passages (:func:`path_read_passages`) and steps (:func:`final_read_steps`)
 through the engine's final-read step (``final_with_steps``, ``resolve_choice``), and the most
-frequent normalised answer wins (:func:`self_consistency_vote`; ties: the better best path among those that gave it, a path's
-score being the mean of its steps' top retrieval scores; a path that answers "unknown" abstains).
+frequent normalised answer wins (:func:`self_consistency_vote`; ties: the better best path among
+those that gave it, a path's score being the mean of its steps' top retrieval scores; a path that
+answers "unknown" abstains).
 
 A path stops when the planner says it suffices, asks a sub-question it already asked or, after its
 first step, one that re-asks the question (small planners do either instead of stopping;
