@@ -8,7 +8,9 @@ the first N dev questions, with the same model, batch settings and prompts.
 
 Reports each variant's best wall time over ``--repeats``, the ratio, the shared prefix's length
 and how many completions are the same (greedy in bf16: a near-tie can go the other way when the
-floating-point order changes).
+floating-point order changes). ``--noise-batch-size N`` also runs plain generation once at batch
+size N and counts its completions that equal plain's at ``--batch-size``: the same kind of
+floating-point reordering without the cache, as the floor to read the cache's count against.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-batch-tokens", type=int, default=16384)
+    ap.add_argument("--noise-batch-size", type=int, default=0,
+                    help="also run plain generation at this batch size, as the noise floor (0: off)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -59,10 +63,20 @@ def main() -> None:
             print(f"prefix_cache={cached}: {seconds:.1f} s", flush=True)
     plain, cached = min(runs[False]["seconds"]), min(runs[True]["seconds"])
     same = sum(a == b for a, b in zip(runs[False]["steps"], runs[True]["steps"]))
+    noise = {}
+    if args.noise_batch_size:
+        planner = TreePlanner(model, tokenizer, batch_size=args.noise_batch_size,
+                              max_batch_tokens=args.max_batch_tokens)
+        start = time.perf_counter()
+        steps = planner.next_steps(asked, [[] for _ in asked], paths)
+        noise = {"noise_batch_size": args.noise_batch_size,
+                 "seconds_plain_noise_batch": round(time.perf_counter() - start, 2),
+                 "same_completions_noise_batch": sum(a == b for a, b in zip(runs[False]["steps"], steps))}
+        print(f"plain at batch size {args.noise_batch_size}: {noise['seconds_plain_noise_batch']:.1f} s", flush=True)
     result = {"llm": args.llm, "data": args.data, "prompts": len(asked), "tokens_in": runs[False]["tokens_in"],
               "shared_prefix_tokens": runs[True]["prefix"], "seconds_plain": runs[False]["seconds"],
               "seconds_prefix_cache": runs[True]["seconds"], "speedup": round(plain / cached, 3),
-              "same_completions": same, "threads": torch.get_num_threads()}
+              "same_completions": same, **noise, "threads": torch.get_num_threads()}
     print(json.dumps(result, indent=1))
     if args.out:
         with open(args.out, "w") as fh:

@@ -49,8 +49,9 @@ def main() -> None:
                     help="prompts per LLM generate call at most (model.batch_size)")
     ap.add_argument("--llm-max-batch-tokens", type=int, default=16384,
                     help="padded prompt tokens per generate call at most (model.max_batch_tokens; 0: no cap)")
-    ap.add_argument("--llm-prefix-cache", action="store_true",
-                    help="read the prompts' shared token prefix once per generate call (model.prefix_cache)")
+    ap.add_argument("--llm-prefix-cache", action=argparse.BooleanOptionalAction, default=None,
+                    help="read the prompts' shared token prefix once per generate call (model.prefix_cache; "
+                         "default: its default, on)")
     ap.add_argument("--max-questions", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--device", default="cpu")
@@ -67,10 +68,11 @@ def main() -> None:
     from hpengine.pipeline import Engine, encoder_for_index, evaluate, get_retriever, load_llm, peek_index_meta
 
     encoders = {}  # each index is queried with its own encoder (MiniLM, E5, ...), loaded once per kind
-    decomposer, reader = load_llm(ModelConfig(llm=args.llm, device=args.device,
-                                              batch_size=args.llm_batch_size,
-                                              max_batch_tokens=args.llm_max_batch_tokens,
-                                              prefix_cache=args.llm_prefix_cache))
+    model_cfg = ModelConfig(llm=args.llm, device=args.device, batch_size=args.llm_batch_size,
+                            max_batch_tokens=args.llm_max_batch_tokens,
+                            **({} if args.llm_prefix_cache is None else {"prefix_cache": args.llm_prefix_cache}))
+    args.llm_prefix_cache = model_cfg.prefix_cache  # the out JSON's args record the setting used
+    decomposer, reader = load_llm(model_cfg)
     retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
     rows, results = [], {}
     for name in args.datasets:

@@ -10,9 +10,10 @@ mapping from the engine's final read step) and the paths vote as the engine does
         --variants "engine.final_passages=0 engine.final_with_steps=always engine.resolve_choice=false" \\
                    "engine.final_with_question=true"
 
-``--set`` takes the run's settings where they differ from today's defaults (a run made before
-``fact_weight`` existed needs ``engine.fact_weight=0``); "steps whose passages differ" must be 0
-for a faithful replay. A variant is a space-separated list of ``engine.FIELD=VALUE`` on top of
+The reader reads with the run's ``model.prefix_cache`` (its ``args``; off for runs made before
+bench_qa recorded it). ``--set`` takes the run's settings where they differ from today's defaults
+(a run made before ``fact_weight`` existed needs ``engine.fact_weight=0``); "steps whose passages
+differ" must be 0 for a faithful replay. A variant is a space-separated list of ``engine.FIELD=VALUE`` on top of
 ``--set`` ("" is today's defaults); list the run's own final-read settings first to check that the
 replay reproduces its answers. A prompt that an earlier variant read is not read again.
 
@@ -101,7 +102,9 @@ def main() -> None:
     from hpengine.pipeline import Engine, HopRecord, encoder_for_index, peek_index_meta
     from hpengine.pipeline.retrievers import final_read_steps, path_read_passages, self_consistency_vote
 
-    records = next(iter(json.load(open(args.run))["results"].values()))["records"]
+    run = json.load(open(args.run))
+    records = next(iter(run["results"].values()))["records"]
+    prefix_cache = bool(run.get("args", {}).get("llm_prefix_cache"))  # the run's setting (older runs: off)
     records = records[: args.max_questions] if args.max_questions else records
     run_records, kept = records, []
     if args.only_changed:
@@ -143,7 +146,8 @@ def main() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(args.llm)
     model = AutoModelForCausalLM.from_pretrained(args.llm, dtype=torch.bfloat16).eval()
-    reader = Reader(model, tokenizer, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens)
+    reader = Reader(model, tokenizer, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
+                    prefix_cache=prefix_cache)
     cached = _CachedReader(reader)
     n = len(run_records)
     saved = []

@@ -179,8 +179,9 @@ class ModelConfig:
     batch_size: int = 32  # prompts per generate call at most
     max_batch_tokens: int = 16384  # and padded prompt tokens per call at most (0: no cap)
     # the token prefix all prompts of a call share (an instruction, worked examples) is read once
-    # and its key/value cache copied into each batch (models.batched_generate)
-    prefix_cache: bool = False
+    # and its key/value cache copied into each batch (models.batched_generate); it changes no more
+    # completions than another batch size does (benchmarks/README.md, "Shared-prefix cache")
+    prefix_cache: bool = True
     max_new_tokens_decompose: int = 96
     max_new_tokens_read: int = 24
     max_input_tokens: int = 1536

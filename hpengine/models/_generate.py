@@ -107,9 +107,16 @@ class _SharedPrefix:
 
     def __init__(self, model, prefix: list[int]):
         self.prefix, self.device = prefix, model.device
-        out = model(input_ids=torch.tensor([prefix], dtype=torch.long, device=model.device), use_cache=True)
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([prefix], dtype=torch.long, device=model.device), use_cache=True)
         self.cache = getattr(out, "cache", None) or out.past_key_values
         self.key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    @property
+    def copyable(self) -> bool:
+        """Whether the model's cache can be repeated per batch (a ``transformers`` cache object with
+        ``batch_repeat_interleave``); a model without one generates uncached."""
+        return callable(getattr(self.cache, "batch_repeat_interleave", None))
 
     def inputs(self, suffixes: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """``input_ids``, ``attention_mask`` (both ``[B, P + S]``) and the cache argument of
@@ -196,7 +203,7 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
             ``batch_size`` with a token cap suits prompts of mixed lengths.
         prefix_cache: read the token prefix all prompts share once (a batch of one) and give
             every batch a copy of its key/value cache, when it is at least ``min_prefix_tokens``
-            long (default False). Batches are then cut by the prompts' own tokens. The same
+            long and the model's cache can be repeated per batch (default False). Batches are then cut by the prompts' own tokens. The same
             greedy decoding, in other floating-point order: in low precision a completion can
             differ from the uncached one where two tokens are nearly tied.
         min_prefix_tokens: the shortest shared prefix worth caching (default 32).
@@ -229,7 +236,9 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
     texts: list[str] = [""] * len(encoded)
     tokens_out = 0
     shared = _shared_prefix_length(encoded) if prefix_cache else 0
-    shared = shared if shared >= max(min_prefix_tokens, 1) else 0
+    prefix = _SharedPrefix(model, encoded[0][:shared]) if shared >= max(min_prefix_tokens, 1) else None
+    prefix = prefix if prefix is not None and prefix.copyable else None
+    shared = len(prefix.prefix) if prefix is not None else 0
     batches = [order[b.start:b.stop] for b in _cut_batches([len(encoded[i]) - shared for i in order], batch_size,
                                                             max_batch_tokens)]
     if progress:
@@ -237,7 +246,6 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
 
         batches = tqdm(batches, desc="generate", unit="batch")
     with torch.inference_mode():
-        prefix = _SharedPrefix(model, encoded[0][:shared]) if shared else None
         for idx in batches:
             if prefix is not None:
                 input_ids, attention_mask, cache = prefix.inputs([encoded[i][shared:] for i in idx], pad_id)

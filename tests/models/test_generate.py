@@ -191,3 +191,15 @@ def test_shared_prefix_read_once_gives_the_same_completions(tiny):
     assert one.texts == plain.texts[:1] and one.prefix_tokens == len(own[0]) - 1
     short = batched_generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=4, prefix_cache=True)
     assert short.prefix_tokens == 0 and calls[-1][0] is False
+
+
+def test_a_cache_that_cannot_be_repeated_per_batch_generates_uncached(tiny, monkeypatch):
+    from transformers import DynamicCache
+
+    model, tokenizer = tiny
+    prompts = ["The quick brown fox jumps over the lazy dog and " * 4 + p for p in PROMPTS]
+    plain = batched_generate(model, tokenizer, prompts, max_new_tokens=6, batch_size=4)
+    monkeypatch.setattr(DynamicCache, "batch_repeat_interleave", None)
+    fallback = batched_generate(model, tokenizer, prompts, max_new_tokens=6, batch_size=4, prefix_cache=True,
+                                min_prefix_tokens=8)
+    assert fallback.texts == plain.texts and fallback.prefix_tokens == 0
