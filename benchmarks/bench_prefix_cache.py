@@ -49,14 +49,19 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.llm, dtype=torch.bfloat16).eval()
     asked = [q for q in questions for _ in range(args.paths)]
     paths = [p for _ in questions for p in range(args.paths)]
+
+    def first_step(batch_size: int, cached: bool) -> tuple:
+        """One batched first planner step: (its planner, its sub-questions, seconds)."""
+        planner = TreePlanner(model, tokenizer, batch_size=batch_size, max_batch_tokens=args.max_batch_tokens,
+                              prefix_cache=cached)
+        start = time.perf_counter()
+        steps = planner.next_steps(asked, [[] for _ in asked], paths)
+        return planner, steps, time.perf_counter() - start
+
     runs: dict = {}
     for _ in range(args.repeats):
         for cached in (False, True):
-            planner = TreePlanner(model, tokenizer, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
-                                  prefix_cache=cached)
-            start = time.perf_counter()
-            steps = planner.next_steps(asked, [[] for _ in asked], paths)
-            seconds = time.perf_counter() - start
+            planner, steps, seconds = first_step(args.batch_size, cached)
             run = runs.setdefault(cached, {"seconds": [], "steps": steps, "tokens_in": planner.stats["tokens_in"],
                                            "prefix": planner.stats["prefix_tokens"]})
             run["seconds"].append(round(seconds, 2))
@@ -65,14 +70,10 @@ def main() -> None:
     same = sum(a == b for a, b in zip(runs[False]["steps"], runs[True]["steps"]))
     noise = {}
     if args.noise_batch_size:
-        planner = TreePlanner(model, tokenizer, batch_size=args.noise_batch_size,
-                              max_batch_tokens=args.max_batch_tokens)
-        start = time.perf_counter()
-        steps = planner.next_steps(asked, [[] for _ in asked], paths)
-        noise = {"noise_batch_size": args.noise_batch_size,
-                 "seconds_plain_noise_batch": round(time.perf_counter() - start, 2),
+        _, steps, seconds = first_step(args.noise_batch_size, False)
+        noise = {"noise_batch_size": args.noise_batch_size, "seconds_plain_noise_batch": round(seconds, 2),
                  "same_completions_noise_batch": sum(a == b for a, b in zip(runs[False]["steps"], steps))}
-        print(f"plain at batch size {args.noise_batch_size}: {noise['seconds_plain_noise_batch']:.1f} s", flush=True)
+        print(f"plain at batch size {args.noise_batch_size}: {seconds:.1f} s", flush=True)
     result = {"llm": args.llm, "data": args.data, "prompts": len(asked), "tokens_in": runs[False]["tokens_in"],
               "shared_prefix_tokens": runs[True]["prefix"], "seconds_plain": runs[False]["seconds"],
               "seconds_prefix_cache": runs[True]["seconds"], "speedup": round(plain / cached, 3),

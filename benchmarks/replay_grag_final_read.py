@@ -13,9 +13,9 @@ mapping from the engine's final read step) and the paths vote as the engine does
 The reader reads with the run's ``model.prefix_cache`` (its ``args``; off for runs made before
 bench_qa recorded it). ``--set`` takes the run's settings where they differ from today's defaults
 (a run made before ``fact_weight`` existed needs ``engine.fact_weight=0``); "steps whose passages
-differ" must be 0 for a faithful replay. A variant is a space-separated list of ``engine.FIELD=VALUE`` on top of
-``--set`` ("" is today's defaults); list the run's own final-read settings first to check that the
-replay reproduces its answers. A prompt that an earlier variant read is not read again.
+differ" must be 0 for a faithful replay. A variant is a space-separated list of
+``engine.FIELD=VALUE`` on top of ``--set`` ("" is today's defaults); list the run's own final-read
+settings first to check that the replay reproduces its answers. A prompt that an earlier variant read is not read again.
 
 A variant's ``engine.restate_ends_path`` ends each recorded path where the engine would have
 (:func:`kept_steps`), so that stop rule replays exactly too; a run made before it needs

@@ -203,9 +203,10 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
             ``batch_size`` with a token cap suits prompts of mixed lengths.
         prefix_cache: read the token prefix all prompts share once (a batch of one) and give
             every batch a copy of its key/value cache, when it is at least ``min_prefix_tokens``
-            long and the model's cache can be repeated per batch (default False). Batches are then cut by the prompts' own tokens. The same
-            greedy decoding, in other floating-point order: in low precision a completion can
-            differ from the uncached one where two tokens are nearly tied.
+            long and the model's cache can be repeated per batch (default False). Batches are
+            then cut by the prompts' own tokens. The same greedy decoding, in other
+            floating-point order: in low precision a completion can differ from the uncached one
+            where two tokens are nearly tied.
         min_prefix_tokens: the shortest shared prefix worth caching (default 32).
         progress: show a tqdm progress bar over batches (default False).
 
@@ -237,8 +238,8 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
     tokens_out = 0
     shared = _shared_prefix_length(encoded) if prefix_cache else 0
     prefix = _SharedPrefix(model, encoded[0][:shared]) if shared >= max(min_prefix_tokens, 1) else None
-    prefix = prefix if prefix is not None and prefix.copyable else None
-    shared = len(prefix.prefix) if prefix is not None else 0
+    if prefix is None or not prefix.copyable:
+        prefix, shared = None, 0
     batches = [order[b.start:b.stop] for b in _cut_batches([len(encoded[i]) - shared for i in order], batch_size,
                                                             max_batch_tokens)]
     if progress:
