@@ -6,6 +6,11 @@ measures a change to the vote alone on runs already made.
     python benchmarks/revote_grag.py OUT/hotpotqa_grag.json OUT/musique_grag.json
 
 Prints, per run, EM / F1 as recorded and as recounted, and how many predictions change.
+``--paths 0,3,4`` recounts over those paths alone (positions in each record's ``paths``), so a run
+with more paths than a variant needs (greedy paths 0-2 and sampled paths 3-4, say) measures every
+subset of its paths from one run:
+
+    python benchmarks/revote_grag.py OUT/hotpotqa_grag.json --paths 0,1,2
 """
 from __future__ import annotations
 
@@ -37,7 +42,9 @@ def recorded_paths(rec: dict) -> tuple[list, list, list]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="bench_qa.py JSON files of grag LLM-mode runs")
+    ap.add_argument("--paths", default="", help="comma-separated path positions to vote over (default: all)")
     args = ap.parse_args()
+    keep = [int(p) for p in args.paths.split(",")] if args.paths else None
 
     from hpengine.eval import exact_match, f1_score
     from hpengine.pipeline.retrievers import self_consistency_vote
@@ -47,6 +54,9 @@ def main() -> None:
     for path in args.runs:
         for key, res in json.load(open(path))["results"].items():
             recs = [(r, *recorded_paths(r)[1:]) for r in res["records"]]
+            if keep is not None:
+                recs = [(r, [a[i] for i in keep if i < len(a)], [s[i] for i in keep if i < len(s)])
+                        for r, a, s in recs]
             recs = [x for x in recs if x[1]]
             em = f1 = em0 = f10 = changed = 0.0
             for r, answers, scores in recs:

@@ -198,6 +198,12 @@ class GragConfig(EngineConfig):
     # a step after the first that re-asks the question ends its path (small planners re-ask the
     # whole question where they should say SUFFICIENT)
     restate_ends_path: bool = True
+    # paths numbered greedy_paths and up sample their sub-questions at this temperature (0: every
+    # path greedy; distinct prompts alone then make the paths differ); self-consistency draws
+    # independent samples, and greedy copies of one path vote alike
+    path_temperature: float = 0.0
+    greedy_paths: int = 1  # the first paths decode greedily (path 0 is the greedy plan)
+    sample_seed: int = 0  # mixed with each planner prompt and path number into its sampling seed
     planner_max_new_tokens: int = 48
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
     query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
@@ -216,3 +222,5 @@ class GragConfig(EngineConfig):
         _check_range("engine.graph_weight", self.graph_weight, 0.0)
         _check_range("engine.fact_weight", self.fact_weight, 0.0, 1.0)
         _check_range("engine.restate_f1", self.restate_f1, 0.0, 1.0)
+        _check_range("engine.path_temperature", self.path_temperature, 0.0)
+        _check_range("engine.greedy_paths", self.greedy_paths, 0)

@@ -1,10 +1,12 @@
-"""Batched greedy generation with Hugging Face causal LMs (extractor, decomposer, reader).
+"""Batched generation with Hugging Face causal LMs (extractor, decomposer, reader, planner).
 
 Prompts are sorted by token length so that each batch pads little, generated left-padded and
-greedy (``do_sample=False``) under ``torch.inference_mode``, and returned in input order. Identical
-prompts of one call (after templating and truncation) are generated once: greedy decoding gives
-them the same completion, and callers that grow several paths per question (GRAG-MH's tree, whose
-paths often ask the same sub-question) repeat many. With ``prefix_cache``, the token prefix that
+greedy (``do_sample=False``) under ``torch.inference_mode``, and returned in input order. A prompt
+given a temperature samples instead, from noise seeded by its own seed and tokens
+(:mod:`hpengine.models._sampling`), so its sample does not depend on its batch. Identical prompts
+of one call (after templating and truncation, with the same temperature and seed) are generated
+once: they get the same completion, and callers that grow several paths per question (GRAG-MH's
+tree, whose paths often ask the same sub-question) repeat many. With ``prefix_cache``, the token prefix that
 all prompts of a call share (an instruction with worked examples) is read once and its key/value
 cache copied into every batch.
 """
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
+
+from hpengine.models._sampling import SeededGumbelSampler, row_seed
 
 __all__ = ["GenerateResult", "batched_generate", "format_prompt"]
 
@@ -146,6 +150,16 @@ def _cut(row: list[int], stop_ids: set[int]) -> list[int]:
     return row
 
 
+def _per_prompt(value, n: int, name: str) -> list:
+    """One value per prompt from a scalar or a sequence of ``n`` values (sampling arguments)."""
+    values = [value] * n if isinstance(value, (int, float)) else list(value)
+    if len(values) != n:
+        raise ValueError(f"{name} must be one value or one per prompt (got {len(values)} for {n} prompts)")
+    if name == "temperature" and any(not (v >= 0) for v in values):
+        raise ValueError(f"temperature must be >= 0 (got {min(values)})")
+    return values
+
+
 def _check_args(prompts, max_new_tokens: int, batch_size: int) -> None:
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise TypeError(f"prompts must be a list of str (got {type(prompts).__name__})")
@@ -179,8 +193,9 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
                      batch_size: int, system: Optional[str] = None, use_chat_template: bool = True,
                      max_input_tokens: Optional[int] = None, max_batch_tokens: int = 0,
                      prefix_cache: bool = False, min_prefix_tokens: int = 32,
+                     temperature: float | Sequence[float] = 0.0, seed: int | Sequence[int] = 0,
                      progress: bool = False) -> GenerateResult:
-    """Greedy generation for many prompts, batched by length.
+    """Greedy (or seeded sampled) generation for many prompts, batched by length.
 
     Prompts are templated (:func:`format_prompt`), tokenized, sorted by length (longest first, so
     an out-of-memory error shows up in the first batch), left-padded per batch and generated with
@@ -208,6 +223,10 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
             floating-point order: in low precision a completion can differ from the uncached one
             where two tokens are nearly tied.
         min_prefix_tokens: the shortest shared prefix worth caching (default 32).
+        temperature: 0 (default) decodes greedily; ``T > 0`` samples from ``softmax(logits / T)``;
+            one value for every prompt or one per prompt.
+        seed: the sampling seed, one for every prompt or one per prompt; a sampled prompt's noise
+            comes from this seed and its token ids (:func:`~hpengine.models._sampling.row_seed`).
         progress: show a tqdm progress bar over batches (default False).
 
     Returns:
@@ -223,16 +242,19 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
         raise ValueError("the tokenizer needs a pad or an eos token for batched generation "
                          f"(got pad_token_id=None and eos_token_id=None for {type(tokenizer).__name__})")
     stop_ids = _stop_ids(model, tokenizer, pad_id)
-    first: dict = {}  # token ids -> position in `encoded` (each distinct prompt once)
-    encoded, slot = [], []
-    for prompt in prompts:
+    temps, seeds = _per_prompt(temperature, len(prompts), "temperature"), _per_prompt(seed, len(prompts), "seed")
+    first: dict = {}  # (token ids, temperature, seed) -> position in `encoded` (each distinct prompt once)
+    encoded, slot, draw = [], [], []  # draw: (temperature, row seed) per distinct prompt
+    for prompt, t, sd in zip(prompts, temps, seeds):
         text, add_special = format_prompt(tokenizer, prompt, system, use_chat_template)
         ids = tokenizer(text, add_special_tokens=add_special)["input_ids"]
         ids = tuple(ids[-max_input_tokens:] if max_input_tokens else ids)
-        if ids not in first:
-            first[ids] = len(encoded)
+        key = (ids, float(t), int(sd)) if t > 0 else (ids, 0.0, 0)
+        if key not in first:
+            first[key] = len(encoded)
             encoded.append(list(ids))
-        slot.append(first[ids])
+            draw.append((float(t), row_seed(sd, ids)) if t > 0 else (0.0, 0))
+        slot.append(first[key])
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     texts: list[str] = [""] * len(encoded)
     tokens_out = 0
@@ -249,14 +271,19 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
     with torch.inference_mode():
         for idx in batches:
             if prefix is not None:
-                input_ids, attention_mask, cache = prefix.inputs([encoded[i][shared:] for i in idx], pad_id)
+                input_ids, attention_mask, extra = prefix.inputs([encoded[i][shared:] for i in idx], pad_id)
             else:
-                (input_ids, attention_mask), cache = _left_pad([encoded[i] for i in idx], pad_id, model.device), {}
+                (input_ids, attention_mask), extra = _left_pad([encoded[i] for i in idx], pad_id, model.device), {}
+            if any(draw[i][0] > 0 for i in idx):
+                from transformers import LogitsProcessorList
+
+                extra["logits_processor"] = LogitsProcessorList([SeededGumbelSampler(
+                    [draw[i][0] for i in idx], [draw[i][1] for i in idx], input_ids.shape[1])])
             output = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                     max_new_tokens=max_new_tokens, do_sample=False,
                                     temperature=None, top_p=None, top_k=None,
                                     pad_token_id=pad_id, eos_token_id=sorted(stop_ids - {pad_id})
-                                    or pad_id, **cache)
+                                    or pad_id, **extra)
             # .tolist() is fine here: generation already synchronised, and decoding is host-side.
             for i, row in zip(idx, output[:, input_ids.shape[1]:].tolist()):
                 kept = _cut(row, stop_ids)

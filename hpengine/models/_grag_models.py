@@ -239,14 +239,29 @@ class TreePlanner:
         max_new_tokens, batch_size, max_batch_tokens, prefix_cache: generation settings
             (:func:`batched_generate`).
         examples: the planner prompt carries worked examples (:func:`planner_prompt`).
+        temperature, greedy_paths, seed: paths numbered ``greedy_paths`` and up sample their
+            sub-questions at ``temperature`` (0: every path greedy), with the seed ``seed`` and
+            their path number mixed into each prompt's seed; the first ``greedy_paths`` decode
+            greedily.
     """
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 48, batch_size: int = 8, max_batch_tokens: int = 0,
-                 examples: bool = True, prefix_cache: bool = False):
+                 examples: bool = True, prefix_cache: bool = False, temperature: float = 0.0,
+                 greedy_paths: int = 1, seed: int = 0):
         self.model, self.tokenizer, self.examples = model, tokenizer, examples
         self.max_new_tokens, self.batch_size, self.max_batch_tokens = max_new_tokens, batch_size, max_batch_tokens
         self.prefix_cache = prefix_cache
+        self.temperature, self.greedy_paths, self.seed = temperature, greedy_paths, seed
         self.stats = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "repeats": 0, "prefix_tokens": 0}
+
+    def path_temperatures(self, paths: Sequence[int]) -> list:
+        """The sampling temperature of each path number (0: greedy).
+
+        Example:
+            >>> TreePlanner(None, None, temperature=0.7, greedy_paths=1).path_temperatures([0, 1, 2])
+            [0.0, 0.7, 0.7]
+        """
+        return [self.temperature if p >= self.greedy_paths else 0.0 for p in paths]
 
     def next_steps(self, questions: Sequence[str], histories: Sequence, paths: Sequence[int]) -> list:
         """Per path (its question, its ``[(sub-question, answer)]`` history, its path number), the
@@ -256,7 +271,8 @@ class TreePlanner:
             return []
         res = batched_generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
                                batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens,
-                               prefix_cache=self.prefix_cache)
+                               prefix_cache=self.prefix_cache, temperature=self.path_temperatures(paths),
+                               seed=[self.seed * 1_000_003 + p for p in paths])
         self.stats["calls"] += len(prompts)
         self.stats["tokens_in"] += res.tokens_in
         self.stats["tokens_out"] += res.tokens_out

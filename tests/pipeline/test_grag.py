@@ -581,3 +581,23 @@ def test_planner_prompt_with_and_without_worked_examples(monkeypatch):
 def test_restate_f1_out_of_range_is_a_config_error():
     with pytest.raises(ValueError, match=r"engine\.restate_f1"):  # the CLI prints it as one line
         GragConfig(restate_f1=1.5)
+
+
+def test_planner_samples_the_paths_after_the_greedy_ones(monkeypatch):
+    import hpengine.models._grag_models as gm
+
+    seen = {}
+
+    def fake_generate(model, tokenizer, prompts, **kw):
+        seen.update(kw)
+        return GenerateResult(["SUFFICIENT"] * len(prompts), 0, 0, 0)
+
+    monkeypatch.setattr(gm, "batched_generate", fake_generate)
+    planner = gm.TreePlanner(None, None, temperature=0.7, greedy_paths=2, seed=3)
+    assert planner.next_steps(["q"] * 4, [[]] * 4, [0, 1, 2, 3]) == [None] * 4
+    assert seen["temperature"] == [0.0, 0.0, 0.7, 0.7]
+    assert len(set(seen["seed"])) == 4  # the path number is in each prompt's seed
+    gm.TreePlanner(None, None).next_steps(["q"] * 3, [[]] * 3, [0, 1, 2])
+    assert seen["temperature"] == [0.0] * 3  # the default: every path greedy
+    with pytest.raises(ValueError, match=r"engine\.path_temperature"):
+        GragConfig(path_temperature=-0.1)

@@ -291,7 +291,9 @@ class GragRetriever(Retriever):
                                             batch_size=getattr(source, "batch_size", 8),
                                             max_batch_tokens=getattr(source, "max_batch_tokens", 0),
                                             examples=self.config.planner_examples,
-                                            prefix_cache=getattr(source, "prefix_cache", False))
+                                            prefix_cache=getattr(source, "prefix_cache", False),
+                                            temperature=self.config.path_temperature,
+                                            greedy_paths=self.config.greedy_paths, seed=self.config.sample_seed)
         return self._planner
 
     def llm_components(self) -> list:
