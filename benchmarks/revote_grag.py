@@ -11,6 +11,11 @@ with more paths than a variant needs (greedy paths 0-2 and sampled paths 3-4, sa
 subset of its paths from one run:
 
     python benchmarks/revote_grag.py OUT/hotpotqa_grag.json --paths 0,1,2
+
+A run still in progress is recounted from its checkpoint (``eval.checkpoint``, bench_qa
+``--checkpoint-dir``) with its question file for the gold answers:
+
+    python benchmarks/revote_grag.py CKPT/hotpotqa_grag.jsonl --questions ../shared/data/hotpotqa/dev.json
 """
 from __future__ import annotations
 
@@ -39,9 +44,32 @@ def recorded_paths(rec: dict) -> tuple[list, list, list]:
     return chains, answers, scores
 
 
+def checkpoint_records(path: str, questions: str) -> dict:
+    """``{name: {"records": [...]}}`` from an eval checkpoint (JSONL): each finished prediction with
+    its gold answers (from ``questions``, by id), EM and F1, in the shape of a bench_qa run's."""
+    from hpengine.eval import exact_match, f1_score, load_questions
+    from hpengine.pipeline._checkpoint import _key
+
+    gold = {_key(q): q.answers for q in load_questions(questions)}
+    records = []
+    with open(path) as f:
+        for line in f:
+            try:
+                batch = json.loads(line)
+            except json.JSONDecodeError:  # a torn last line
+                continue
+            for qid, p in zip(batch.get("ids", []), batch.get("predictions", [])):
+                g = gold[qid]
+                records.append({"prediction": p["answer"], "gold": g, "em": exact_match(p["answer"], g),
+                                "f1": f1_score(p["answer"], g), "paths": p.get("paths", []),
+                                "chain": p["chain"], "notes": p.get("notes", [])})
+    return {path: {"records": records}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="bench_qa.py JSON files of grag LLM-mode runs")
+    ap.add_argument("--questions", default="", help="question file, for runs given as eval checkpoints (JSONL)")
     ap.add_argument("--paths", default="", help="comma-separated path positions to vote over (default: all)")
     args = ap.parse_args()
     keep = [int(p) for p in args.paths.split(",")] if args.paths else None
@@ -52,7 +80,8 @@ def main() -> None:
     print("| run | questions | EM recorded | F1 recorded | EM recounted | F1 recounted | changed |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for path in args.runs:
-        for key, res in json.load(open(path))["results"].items():
+        runs = checkpoint_records(path, args.questions) if args.questions else json.load(open(path))["results"]
+        for key, res in runs.items():
             recs = [(r, *recorded_paths(r)[1:]) for r in res["records"]]
             if keep is not None:
                 recs = [(r, [a[i] for i in keep if i < len(a)], [s[i] for i in keep if i < len(s)])
