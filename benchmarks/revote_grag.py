@@ -48,9 +48,8 @@ def checkpoint_records(path: str, questions: str) -> dict:
     """``{name: {"records": [...]}}`` from an eval checkpoint (JSONL): each finished prediction with
     its gold answers (from ``questions``, by id), EM and F1, in the shape of a bench_qa run's."""
     from hpengine.eval import exact_match, f1_score, load_questions
-    from hpengine.pipeline._checkpoint import _key
 
-    gold = {_key(q): q.answers for q in load_questions(questions)}
+    gold = {str(q.id): q.answers for q in load_questions(questions)}
     records = []
     with open(path) as f:
         for line in f:
@@ -59,7 +58,7 @@ def checkpoint_records(path: str, questions: str) -> dict:
             except json.JSONDecodeError:  # a torn last line
                 continue
             for qid, p in zip(batch.get("ids", []), batch.get("predictions", [])):
-                g = gold[qid]
+                g = gold[qid.split("\t", 1)[0]]  # a checkpoint names a question "id<TAB>text"
                 records.append({"prediction": p["answer"], "gold": g, "em": exact_match(p["answer"], g),
                                 "f1": f1_score(p["answer"], g), "paths": p.get("paths", []),
                                 "chain": p["chain"], "notes": p.get("notes", [])})
