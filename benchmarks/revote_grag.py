@@ -83,8 +83,11 @@ def main() -> None:
         for key, res in runs.items():
             recs = [(r, *recorded_paths(r)[1:]) for r in res["records"]]
             if keep is not None:
-                recs = [(r, [a[i] for i in keep if i < len(a)], [s[i] for i in keep if i < len(s)])
-                        for r, a, s in recs]
+                short = next((len(a) for _, a, _ in recs if a and max(keep) >= len(a)), None)
+                if short is not None:
+                    raise SystemExit(f"revote_grag: --paths {args.paths} names path {max(keep)}, but {path} "
+                                     f"has records with {short} paths")
+                recs = [(r, [a[i] for i in keep], [s[i] for i in keep]) for r, a, s in recs]
             recs = [x for x in recs if x[1]]
             em = f1 = em0 = f10 = changed = 0.0
             for r, answers, scores in recs:

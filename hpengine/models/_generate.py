@@ -155,8 +155,6 @@ def _per_prompt(value, n: int, name: str) -> list:
     values = [value] * n if isinstance(value, (int, float)) else list(value)
     if len(values) != n:
         raise ValueError(f"{name} must be one value or one per prompt (got {len(values)} for {n} prompts)")
-    if name == "temperature" and any(not (v >= 0) for v in values):
-        raise ValueError(f"temperature must be >= 0 (got {min(values)})")
     return values
 
 
@@ -243,6 +241,8 @@ def batched_generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens
                          f"(got pad_token_id=None and eos_token_id=None for {type(tokenizer).__name__})")
     stop_ids = _stop_ids(model, tokenizer, pad_id)
     temps, seeds = _per_prompt(temperature, len(prompts), "temperature"), _per_prompt(seed, len(prompts), "seed")
+    if any(not (t >= 0) for t in temps):
+        raise ValueError(f"temperature must be >= 0 (got {min(temps)})")
     first: dict = {}  # (token ids, temperature, seed) -> position in `encoded` (each distinct prompt once)
     encoded, slot, draw = [], [], []  # draw: (temperature, row seed) per distinct prompt
     for prompt, t, sd in zip(prompts, temps, seeds):
