@@ -77,14 +77,16 @@ class SeededGumbelSampler:
     def __init__(self, temperatures: Sequence[float], seeds: Sequence[int], start: int):
         self.temperatures = torch.tensor([float(t) for t in temperatures], dtype=torch.float32)
         self.seeds = torch.tensor([int(s) for s in seeds], dtype=torch.int64)
-        self.any_hot = any(float(t) > 0 for t in temperatures)  # decided on the host, once
+        self.hot = self.temperatures > 0  # [B] bool, on the host
+        self.any_hot = bool(self.hot.any())  # decided on the host, once
         self.start = start
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         """Shapes: input_ids ``[B, L]``, scores ``[B, V]`` -> ``[B, V]``."""
         if not self.any_hot:
             return scores
-        t = self.temperatures.to(scores.device)
-        noise = gumbel_noise(self.seeds.to(scores.device), input_ids.shape[1] - self.start, scores.shape[1])
-        sampled = scores.float() / t.clamp_min(1e-6)[:, None] + noise
-        return torch.where((t > 0)[:, None], sampled, scores.float()).to(scores.dtype)
+        out = scores.float().clone()
+        hot = self.hot.to(scores.device)  # only the sampling rows are hashed
+        noise = gumbel_noise(self.seeds[self.hot].to(scores.device), input_ids.shape[1] - self.start, scores.shape[1])
+        out[hot] = out[hot] / self.temperatures[self.hot].to(scores.device)[:, None] + noise
+        return out.to(scores.dtype)
