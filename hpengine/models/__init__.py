@@ -2,10 +2,11 @@
 from hpengine.models._entities import ExtractedFact, entity_key, merge_entities, normalize_entity
 from hpengine.models._extract_fast import FastExtractor
 from hpengine.models._generate import GenerateResult, batched_generate
+from hpengine.models._sampling import SeededGumbelSampler
 from hpengine.models._extract_llm import PROMPT_VERSION, LLMExtractor, ParsedExtraction, parse_extraction
 
 __all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities", "FastExtractor",
-           "GenerateResult", "batched_generate", "LLMExtractor", "ParsedExtraction",
+           "GenerateResult", "batched_generate", "SeededGumbelSampler", "LLMExtractor", "ParsedExtraction",
            "parse_extraction", "PROMPT_VERSION"]
 
 from hpengine.models._encoder import Encoder, resolve_model_path

@@ -97,3 +97,28 @@ def test_identical_prompts_share_a_sample_only_with_the_same_seed(tiny):
         batched_generate(model, tokenizer, PROMPTS, max_new_tokens=2, batch_size=2, temperature=[1.0])
     with pytest.raises(ValueError, match="temperature must be >= 0"):
         batched_generate(model, tokenizer, PROMPTS, max_new_tokens=2, batch_size=2, temperature=-1.0)
+
+
+@pytest.mark.parametrize("scale", [0.5, 4.0, 40.0, 4000.0])
+def test_pruned_noise_draws_what_noise_on_every_token_draws(scale):
+    """The CPU sampler hashes only tokens within GUMBEL_SPREAD of a row's best scaled logit: its
+    argmax, and its values on the tokens it keeps, against noise on the whole vocabulary (the
+    reference), over random logits of several spreads, masked tokens, temperatures and steps."""
+    gen = torch.Generator().manual_seed(int(scale))
+    rows, vocab = 24, 3000
+    scores = torch.randn(rows, vocab, generator=gen) * scale
+    scores[::5, ::3] = float("-inf")  # masked tokens, as a logits processor before this one leaves them
+    temperatures = [0.0, 0.3, 0.7, 1.5, 4.0, 0.7] * 4
+    full = SeededGumbelSampler(temperatures, range(100, 100 + rows), start=2, prune=False)
+    pruned = SeededGumbelSampler(temperatures, range(100, 100 + rows), start=2, prune=True)
+    for step in range(6):
+        ids = torch.zeros(rows, 2 + step, dtype=torch.long)
+        want, got = full(ids, scores), pruned(ids, scores)
+        assert torch.equal(got.argmax(1), want.argmax(1))
+        kept = torch.isfinite(got)
+        assert torch.equal(got[kept], want[kept])
+        assert torch.equal(got[0::6], scores[0::6])  # greedy rows untouched
+        if scale >= 40.0:  # a wide spread leaves few candidates
+            assert int(kept[1::6].sum()) < vocab // 4
+    auto = SeededGumbelSampler(temperatures, range(100, 100 + rows), start=2)  # prunes on CPU
+    assert torch.equal(auto(ids, scores), got)
