@@ -209,3 +209,11 @@ def finish(args, records: list[Record], meta: dict | None = None) -> int:
             print(f"throughput regression beyond {args.fail_if_regression}%", file=sys.stderr)
             return 1
     return 0
+
+
+def emit(result: dict, out: str = "") -> None:
+    """Print one benchmark's result as JSON and, when ``out`` is given, write it there too."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text)

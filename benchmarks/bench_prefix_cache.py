@@ -15,8 +15,8 @@ floating-point reordering without the cache, as the floor to read the cache's co
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
 
 
@@ -37,6 +37,9 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _harness import emit
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.eval import load_questions
@@ -78,10 +81,7 @@ def main() -> None:
               "shared_prefix_tokens": runs[True]["prefix"], "seconds_plain": runs[False]["seconds"],
               "seconds_prefix_cache": runs[True]["seconds"], "speedup": round(plain / cached, 3),
               "same_completions": same, **noise, "threads": torch.get_num_threads()}
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ noise), the ratio, the mean number of tokens hashed per row, and how many of the
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import statistics
 import time
 
@@ -58,6 +58,9 @@ def main() -> None:
 
     import torch
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _harness import emit
+
     from hpengine.models import SeededGumbelSampler
 
     if args.threads:
@@ -83,10 +86,7 @@ def main() -> None:
               "ms_per_step_pruned": round(pruned, 2), "speedup": round(full / pruned, 1),
               "tokens_hashed_per_row": round(kept / (rows * args.steps), 1),
               "draws_agree": f"{agree}/{rows * args.steps}", "threads": torch.get_num_threads()}
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

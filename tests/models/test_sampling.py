@@ -122,3 +122,18 @@ def test_pruned_noise_draws_what_noise_on_every_token_draws(scale):
             assert int(kept[1::6].sum()) < vocab // 4
     auto = SeededGumbelSampler(temperatures, range(100, 100 + rows), start=2)  # prunes on CPU
     assert torch.equal(auto(ids, scores), got)
+
+
+def test_sampler_benchmark_runs_and_its_draws_agree(tmp_path):
+    """benchmarks/bench_sampler.py on small synthetic logits: both variants draw the same tokens."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sampler.py"
+    out = tmp_path / "sampler.json"
+    subprocess.run([sys.executable, str(script), "--rows", "4", "--vocab", "2000", "--steps", "2",
+                    "--out", str(out)], check=True, capture_output=True, text=True)
+    result = json.loads(out.read_text())
+    assert result["draws_agree"] == "8/8" and result["tokens_hashed_per_row"] <= 2000
