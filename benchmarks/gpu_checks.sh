@@ -28,6 +28,7 @@ EOF
 # 1. CUDA equals CPU: the parametrised tests whose id names the cuda device
 timeout 240 $py -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" -k "cuda" \
   tests/retrieval tests/sparse tests/nn tests/graph/test_synonyms.py tests/eval/test_metrics.py \
+  tests/models/test_sampling_devices.py \
   2>&1 | tee "$out/tests_cuda.log"
 echo "tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
 
