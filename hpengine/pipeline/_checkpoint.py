@@ -9,11 +9,17 @@ batch's wall time, its stage seconds and its LLM token counts, so a resumed run 
 cost of all its batches, not only of the last process. A file written by a different run is
 refused (one line naming the first setting that differs); a torn last line (the process was
 killed while writing it) is dropped and its batch runs again.
+
+Under torchrun each rank appends to its own file: rank 0 to FILE, rank ``r`` to ``FILE.rank<r>``
+(:func:`rank_path`), so no two processes write one file. A run resumes from FILE and every
+``FILE.rank<r>`` beside it, whatever world size wrote them: one process resumes a torchrun run,
+and a torchrun run of any size resumes one process's or another world size's.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -61,6 +67,22 @@ def _key(question) -> str:
     return f"{question.id}\t{question.question}"
 
 
+def rank_path(path, rank: int) -> Path:
+    """The file rank ``rank`` of a torchrun eval appends to: ``path`` itself for rank 0 (and one
+    process), ``path.rank<rank>`` for the others."""
+    path = Path(path)
+    return path if rank == 0 else path.with_name(f"{path.name}.rank{rank}")
+
+
+def checkpoint_files(path) -> list:
+    """``path`` and the rank files beside it (``path.rank<r>``) that exist, rank 0 first."""
+    path = Path(path)
+    pattern = re.compile(re.escape(path.name) + r"\.rank([1-9][0-9]*)")
+    found = (pattern.fullmatch(f.name) for f in path.parent.iterdir()) if path.parent.is_dir() else ()
+    ranks = sorted(int(m.group(1)) for m in found if m)
+    return [f for f in (path, *(rank_path(path, r) for r in ranks)) if f.is_file()]
+
+
 def _first_difference(a, b, path: str = "") -> str:
     """The first key path where two JSON values differ, with both values."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -74,41 +96,53 @@ class EvalCheckpoint:
     """The batches already finished by earlier runs, and the writer of new ones.
 
     Args:
-        path: the JSONL file (created with its header when missing).
+        path: the JSONL file FILE (created with its header when missing).
         run: :func:`run_fingerprint` of the engine about to run.
         questions: the run's questions (after ``max_questions``); a recorded batch must name the
             same question ids at the same positions.
+        rank: the torchrun rank that writes (to :func:`rank_path` of ``path``); 0 for one process.
+        read_others: also read the other files of the run (FILE and its rank files,
+            :func:`checkpoint_files`), read-only: a torn last line there is skipped, not repaired
+            (its writer is another process). A torchrun rank other than 0 opens only its own file.
+
+    ``done`` maps each finished position to its prediction; ``wall`` is the earlier processes'
+    wall time: the sum of a file's batch times, the longest file's when there are several (the
+    ranks ran side by side); ``seconds`` and ``llm`` sum every file's batches.
 
     Raises:
-        UserError: the file is not a checkpoint, was written by a different run, or records
+        UserError: a file is not a checkpoint, was written by a different run, or records
             questions this run does not have at those positions.
     """
 
-    def __init__(self, path: str, run: dict, questions: list):
-        self.path = Path(path)
+    def __init__(self, path: str, run: dict, questions: list, *, rank: int = 0, read_others: bool = True):
+        self.path = rank_path(path, rank)
         self.done: dict = {}  # position -> Prediction
         self.wall = 0.0
         self.seconds: dict = {}
         self.llm = {k: 0 for k in LLM_KEYS}
-        if self.path.is_dir():
+        if Path(path).is_dir():
             raise UserError(f"eval.checkpoint={path!r} is a folder; give a file path (a .jsonl file)")
+        others = [f for f in checkpoint_files(path) if f != self.path] if read_others else []
         if self.path.exists() and self.path.stat().st_size > 0:
-            self._load(run, questions)
-        else:
+            self._load(self.path, run, questions, own=True)
+        for other in others:
+            if other.stat().st_size > 0:
+                self._load(other, run, questions, own=False)
+        if not (self.path.exists() and self.path.stat().st_size > 0):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._append({"hpengine_eval_checkpoint": FORMAT, "run": run})
 
-    def _load(self, run: dict, questions: list) -> None:
-        lines = self.path.read_text(encoding="utf-8").split("\n")
+    def _load(self, path: Path, run: dict, questions: list, own: bool) -> None:
+        lines = path.read_text(encoding="utf-8").split("\n")
         try:
             head = json.loads(lines[0])
         except json.JSONDecodeError:
             head = None
         if not isinstance(head, dict) or head.get("hpengine_eval_checkpoint") != FORMAT:
-            raise UserError(f"eval.checkpoint={str(self.path)!r} is not an hpengine eval checkpoint (line 1); "
+            raise UserError(f"eval.checkpoint={str(path)!r} is not an hpengine eval checkpoint (line 1); "
                             f"give a new path")
         if head.get("run") != run:
-            raise UserError(f"eval.checkpoint={str(self.path)!r} was written by a different run "
+            raise UserError(f"eval.checkpoint={str(path)!r} was written by a different run "
                             f"({_first_difference(run, head.get('run'))}); give a new path or delete it")
         body = [ln for ln in lines[1:] if ln.strip()]
         good = []
@@ -117,21 +151,23 @@ class EvalCheckpoint:
                 good.append(json.loads(line))
             except json.JSONDecodeError:
                 if n != len(body) - 1:
-                    raise UserError(f"eval.checkpoint={str(self.path)!r}: line {n + 2} is not JSON (only a "
+                    raise UserError(f"eval.checkpoint={str(path)!r}: line {n + 2} is not JSON (only a "
                                     f"torn last line is dropped); give a new path") from None
-        if len(good) < len(body):  # a torn last line: rewrite the file without it, atomically
+        if own and len(good) < len(body):  # a torn last line: rewrite the file without it, atomically
             self._rewrite(head, good)
+        wall = 0.0
         for batch in good:
             for pos, qid, pred in zip(batch["positions"], batch["ids"], batch["predictions"]):
                 if pos >= len(questions) or _key(questions[pos]) != qid:
-                    raise UserError(f"eval.checkpoint={str(self.path)!r} records question {qid!r} at position "
+                    raise UserError(f"eval.checkpoint={str(path)!r} records question {qid!r} at position "
                                     f"{pos}, which this run's questions do not have there; give a new path")
-                self.done[pos] = prediction_from_json(pred)
-            self.wall += batch["wall"]
+                self.done.setdefault(pos, prediction_from_json(pred))
+            wall += batch["wall"]
             for k, v in batch["seconds"].items():
                 self.seconds[k] = self.seconds.get(k, 0.0) + v
             for k in LLM_KEYS:
                 self.llm[k] += batch["llm"].get(k, 0)
+        self.wall = max(self.wall, wall)
 
     def _rewrite(self, head: dict, batches: list) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")

@@ -7,6 +7,9 @@ scores them with :func:`~hpengine.pipeline.evaluate` in the original order, so t
 per-question records are those of a single process, not merely close (every batch is the same
 batch). Timing fields (``seconds``, ``wall_seconds``, ``questions_per_second``, ``peak_rss_mb``)
 describe the distributed run; ``distributed`` adds the world size, backend and per-rank numbers.
+With ``eval.checkpoint=FILE`` each rank appends its finished batches to its own file (rank 0 to
+FILE, rank r to ``FILE.rank<r>``); a rerun, of any world size or one process, reads them all and
+deals out only the questions they lack (:func:`evaluate_distributed`).
 
 **Index build.** Every rank runs the same build (:func:`~hpengine.pipeline.run_index`) with a
 rank-sharded extractor and encoder: each extracts its contiguous share of the passages and runs
@@ -155,6 +158,14 @@ def shard_batches(num_questions: int, batch_size: int, rank: int, world_size: in
     return [range(s, min(s + batch_size, num_questions)) for b, s in enumerate(starts) if b % world_size == rank]
 
 
+def _rank_batches(todo: list, batch_size: int, rank: int, world_size: int) -> list:
+    """Rank ``rank``'s batches of the positions ``todo``: cut in order into batches of
+    ``batch_size`` (the batches one process runs on ``todo``), batch ``b`` for ``b % world_size == rank``.
+    With every position to do these are :func:`shard_batches`."""
+    batches = [todo[s: s + batch_size] for s in range(0, len(todo), batch_size)]
+    return batches[rank::world_size]
+
+
 def shard_questions(questions: list, batch_size: int, group=None) -> list:
     """This rank's share of ``questions`` over an initialised process group, by whole batches.
 
@@ -170,19 +181,38 @@ def shard_questions(questions: list, batch_size: int, group=None) -> list:
     return [(i, questions[i]) for r in shard_batches(len(questions), batch_size, rank, world) for i in r]
 
 
-def _answer_share(engine, questions: list, batch_size: int, rank: int, world: int, progress: bool) -> dict:
+def _fail_hook(rank: int, finished: int) -> None:
+    """The test hook ``$HPENGINE_TEST_FAIL_RANK``: ``R`` fails rank R before its first batch,
+    ``R:N`` after its first N batches (what a kill leaves in a checkpoint)."""
+    hook = os.environ.get(FAIL_RANK_ENV, "")
+    if not hook:
+        return
+    who, _, after = hook.partition(":")
+    if who == str(rank) and finished == int(after or 0):
+        raise RuntimeError(f"{FAIL_RANK_ENV}={hook}: this rank fails on purpose (test hook)")
+
+
+def _answer_share(engine, questions: list, batches: list, rank: int, progress: bool, ckpt=None) -> dict:
+    """Answer this rank's ``batches`` (lists of positions); with ``ckpt``, append each finished batch to it."""
     from tqdm.auto import tqdm
 
-    batches = shard_batches(len(questions), batch_size, rank, world)
+    from hpengine.pipeline._eval_job import _llm_counts
+
     start = time.perf_counter()
-    answered = {}
+    answered = []
     bar = tqdm(total=sum(len(b) for b in batches), desc=f"questions (rank {rank})", disable=not progress)
-    for b in batches:
-        if os.environ.get(FAIL_RANK_ENV) == str(rank):
-            raise RuntimeError(f"{FAIL_RANK_ENV}={rank}: this rank fails on purpose (test hook)")
-        answered[b.start] = engine.answer([q.question if hasattr(q, "question") else q for q in
-                                           (questions[i] for i in b)])
-        bar.update(len(b))
+    for n, positions in enumerate(batches):
+        _fail_hook(rank, n)
+        batch = [questions[i] for i in positions]
+        before = (time.perf_counter(), dict(engine.timer.seconds), _llm_counts(engine))
+        preds = engine.answer([q.question if hasattr(q, "question") else q for q in batch])
+        answered.append((list(positions), preds))
+        if ckpt is not None:
+            after = _llm_counts(engine)
+            ckpt.add(list(positions), batch, preds, time.perf_counter() - before[0],
+                     {k: v - before[1].get(k, 0.0) for k, v in engine.timer.seconds.items()},
+                     {k: after[k] - before[2][k] for k in after})
+        bar.update(len(positions))
     bar.close()
     stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader))
              if c is not None}
@@ -209,13 +239,18 @@ def answer_distributed(engine, questions: list, batch_size: int, *, group=None, 
     """
     dist = _dist()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    shares = _exchange(lambda: _answer_share(engine, questions, batch_size, rank, world, progress), group)
-    return _ordered(shares, len(questions), batch_size)
+    mine = _rank_batches(list(range(len(questions))), batch_size, rank, world)
+    shares = _exchange(lambda: _answer_share(engine, questions, mine, rank, progress), group)
+    return _ordered(shares, len(questions))
 
 
-def _ordered(shares: list, num_questions: int, batch_size: int) -> list:
-    by_start = {start: preds for share in shares for start, preds in share["answered"].items()}
-    return [p for start in range(0, num_questions, batch_size) for p in by_start[start]]
+def _ordered(shares: list, num_questions: int, done: dict | None = None) -> list:
+    """The predictions of every position in order: the ranks' answered batches and ``done`` (position -> prediction)."""
+    by_position = dict(done or {})
+    for share in shares:
+        for positions, preds in share["answered"]:
+            by_position.update(zip(positions, preds))
+    return [by_position[i] for i in range(num_questions)]
 
 
 class _StatsOnly:
@@ -233,11 +268,12 @@ def _summed(stats: list) -> _StatsOnly:
 
 
 class _Gathered:
-    """What :func:`~hpengine.pipeline.evaluate` reads of an engine, replaying gathered predictions."""
+    """What :func:`~hpengine.pipeline.evaluate` reads of an engine, replaying gathered predictions
+    (and those of a checkpoint's earlier runs, whose stage seconds and token counts it adds)."""
 
-    def __init__(self, engine, shares: list, num_questions: int, batch_size: int):
+    def __init__(self, engine, shares: list, num_questions: int, ckpt=None):
         self.index, self.method = engine.index, engine.method
-        self._preds = _ordered(shares, num_questions, batch_size)
+        self._preds = _ordered(shares, num_questions, ckpt.done if ckpt is not None else None)
         self._next = 0
         self.timer = type("Timer", (), {})()
         stages = sorted({k for s in shares for k in s["seconds"]})
@@ -250,6 +286,10 @@ class _Gathered:
         # rank that answered nothing may lack it): sum each over the ranks
         per_model = itertools.zip_longest(*(s["stats"]["models"] for s in shares), fillvalue={})
         self._models = [_summed(list(stats)) for stats in per_model]
+        if ckpt is not None:  # the batches of earlier runs count too
+            for k, v in ckpt.seconds.items():
+                self.timer.seconds[k] = self.timer.seconds.get(k, 0.0) + v
+            self._models.append(_StatsOnly(dict(ckpt.llm)))
 
     def llm_components(self) -> list:
         return list(self._models)
@@ -261,6 +301,45 @@ class _Gathered:
         return preds
 
 
+def _open_checkpoint(engine, questions: list, path: str, rank: int, group=None):
+    """Every rank opens its own checkpoint file (:func:`~hpengine.pipeline._checkpoint.rank_path`);
+    then rank 0 reads all files of the run. Returns this rank's checkpoint (rank 0's knows every
+    finished prediction) and the finished positions, the same list on every rank.
+
+    Raises:
+        UserError: on every rank, when a file is refused, or when rank 0 cannot see another rank's
+            file (the path must be on a file system every rank sees).
+    """
+    from pathlib import Path
+
+    from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
+
+    run = run_fingerprint(engine)
+    opened = {}
+
+    def own():
+        opened["ckpt"] = EvalCheckpoint(path, run, questions, rank=rank, read_others=False)
+        return str(opened["ckpt"].path.absolute())
+
+    # a barrier too: every rank has created its file before rank 0 reads them, and no rank writes
+    # a batch before rank 0 has read them all
+    own_files = _exchange(own, group)
+
+    def read_all():
+        if rank != 0:
+            return None
+        unseen = [(r, f) for r, f in enumerate(own_files) if not Path(f).is_file()]
+        if unseen:
+            r, f = unseen[0]
+            raise UserError(f"eval.checkpoint: rank 0 cannot see rank {r}'s file {f!r}; put the checkpoint on a "
+                            f"file system every rank sees (got eval.checkpoint={path!r})")
+        opened["ckpt"] = EvalCheckpoint(path, run, questions, rank=0, read_others=True)
+        return sorted(opened["ckpt"].done)
+
+    done = _exchange(read_all, group)[0]
+    return opened["ckpt"], done
+
+
 def evaluate_distributed(engine, questions: list, eval_cfg, progress: bool = True, *, group=None):
     """:func:`~hpengine.pipeline.evaluate` over an initialised process group.
 
@@ -268,30 +347,39 @@ def evaluate_distributed(engine, questions: list, eval_cfg, progress: bool = Tru
     (records and metrics equal to one process's; timing fields of this run plus ``distributed``),
     the other ranks return None.
 
+    With ``eval_cfg.checkpoint`` = FILE, rank 0 appends its finished batches to FILE and rank r to
+    ``FILE.rank<r>``; the questions that FILE and its rank files already hold (from runs of any
+    world size, or one process) are not run again, and the rest are cut into batches as one
+    process would cut them and dealt out in turn. FILE must be on a file system every rank sees.
+
     Raises:
         UserError / RuntimeError: on every rank, when any rank failed (its error).
     """
     from hpengine.pipeline._eval_job import evaluate
 
     dist = _dist()
-    if eval_cfg.checkpoint:
-        raise UserError(f"eval.checkpoint is not supported under torchrun yet (got {eval_cfg.checkpoint!r}); "
-                        f"run it in one process, or without a checkpoint")
     if eval_cfg.max_questions:
         questions = questions[: eval_cfg.max_questions]
     if not questions:
         raise UserError("no questions to evaluate (got 0)")
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     start = time.perf_counter()
-    shares = _exchange(lambda: _answer_share(engine, questions, eval_cfg.batch_size, rank, world,
-                                             progress and rank == 0), group)
+    ckpt, done = None, []
+    if eval_cfg.checkpoint:
+        ckpt, done = _open_checkpoint(engine, questions, eval_cfg.checkpoint, rank, group)
+    finished = set(done)
+    todo = [i for i in range(len(questions)) if i not in finished]
+    mine = _rank_batches(todo, eval_cfg.batch_size, rank, world)
+    shares = _exchange(lambda: _answer_share(engine, questions, mine, rank, progress and rank == 0, ckpt), group)
     wall = time.perf_counter() - start
     if rank != 0:
         return None
-    result = evaluate(_Gathered(engine, shares, len(questions), eval_cfg.batch_size), questions, eval_cfg,
-                      progress=False)
+    result = evaluate(_Gathered(engine, shares, len(questions), ckpt), questions,
+                      dataclasses.replace(eval_cfg, checkpoint=""), progress=False)
+    wall += ckpt.wall if ckpt is not None else 0.0
     result["wall_seconds"] = round(wall, 3)
     result["questions_per_second"] = round(len(questions) / wall, 3) if wall > 0 else None
+    result["resumed_questions"] = len(done)
     result["peak_rss_mb"] = round(max(s["peak_rss_mb"] for s in shares), 1)
     backend = dist.get_backend(group)
     result["distributed"] = {

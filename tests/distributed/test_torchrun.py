@@ -73,6 +73,39 @@ def test_failing_rank_fails_the_run_and_writes_nothing(one_process):
     assert not out.exists() and not list(root.glob(".failed.json.tmp*"))
 
 
+def test_killed_torchrun_eval_resumes_from_its_checkpoint(one_process):
+    """eval.checkpoint under torchrun: a run whose rank 1 dies after one batch leaves rank 0's
+    batches in FILE and rank 1's in FILE.rank1; the rerun answers only the rest (in the batches one
+    process would run) and writes what one process writes; one process then finds every question done."""
+    root, _ = one_process
+    ckpt, out = root / "ckpt" / "run.jsonl", root / "resumed.json"
+    single = run_eval(EvalJobConfig(index=str(root / "idx1"), questions=str(builtin_questions_path()),
+                                    eval=EvalConfig(batch_size=2)), progress=False)
+    args = [f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=2",
+            f"eval.checkpoint={ckpt}", f"output={out}"]
+    killed = torchrun("eval", *args, env={"HPENGINE_TEST_FAIL_RANK": "1:1"})
+    assert killed.returncode != 0 and "rank 1 failed" in killed.stderr
+    assert not out.exists()
+
+    def positions(path):
+        return [json.loads(ln)["positions"] for ln in path.read_text().splitlines()[1:]]
+
+    assert positions(ckpt) == [[0, 1], [4, 5], [8, 9]]  # rank 0 ran all of its batches
+    assert positions(ckpt.with_name("run.jsonl.rank1")) == [[2, 3]]  # rank 1 died before [6, 7]
+    run = torchrun("eval", *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    resumed = json.loads(out.read_text())
+    assert resumed["resumed_questions"] == 8
+    assert json.dumps(resumed["records"]) == json.dumps(single["records"])
+    assert strip_timing({**resumed, "resumed_questions": 0}) == strip_timing(single)
+    assert [r["questions"] for r in resumed["distributed"]["per_rank"]] == [2, 2]  # [6, 7] | [10, 11]
+    assert positions(ckpt.with_name("run.jsonl.rank1")) == [[2, 3], [10, 11]]
+    again = run_eval(EvalJobConfig(index=str(root / "idx1"), questions=str(builtin_questions_path()),
+                                   eval=EvalConfig(batch_size=2, checkpoint=str(ckpt))), progress=False)
+    assert again["resumed_questions"] == 12
+    assert json.dumps(again["records"]) == json.dumps(single["records"])
+
+
 def test_two_rank_index_build_equals_one_process(one_process):
     root, single = one_process
     run = torchrun("index", f"corpus={builtin_corpus_path()}", f"out={root / 'idx2'}")

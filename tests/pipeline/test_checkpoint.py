@@ -145,14 +145,54 @@ def test_llm_counts_and_stage_seconds_sum_over_the_runs(builtin_index, tmp_path)
     assert resumed["seconds"]["retrieve"] > 0
 
 
-def test_torchrun_eval_refuses_a_checkpoint(builtin_index, tmp_path):
-    from hpengine.pipeline import evaluate_distributed
+def test_checkpoint_files_are_the_file_and_its_rank_files(tmp_path):
+    from hpengine.pipeline._checkpoint import checkpoint_files, rank_path
 
-    _, _, questions = builtin_index
     path = tmp_path / "run.jsonl"
-    with pytest.raises(UserError, match="not supported under torchrun"):
-        evaluate_distributed(_engine(builtin_index), questions, EvalConfig(checkpoint=str(path)), progress=False)
-    assert not path.exists()
+    assert rank_path(path, 0) == path and rank_path(path, 3) == tmp_path / "run.jsonl.rank3"
+    assert checkpoint_files(path) == []
+    for name in ("run.jsonl.rank10", "run.jsonl.rank2", "run.jsonl.rank0", "run.jsonl.rankx", "run.jsonl.rank2.tmp",
+                 "other.jsonl.rank1"):
+        (tmp_path / name).write_text("")
+    assert checkpoint_files(path) == [tmp_path / "run.jsonl.rank2", tmp_path / "run.jsonl.rank10"]
+    path.write_text("")
+    assert checkpoint_files(path)[0] == path and len(checkpoint_files(path)) == 3
+
+
+def test_one_process_resumes_from_the_rank_files_of_a_torchrun_run(builtin_index, tmp_path):
+    """A rank file (``FILE.rank<r>``, written by a torchrun rank) counts as finished work; it is read,
+    never written, and a torn last line in it is skipped there, not repaired."""
+    _, _, questions = builtin_index
+    plain = evaluate(_engine(builtin_index), questions, EvalConfig(batch_size=3), progress=False)
+    path = tmp_path / "run.jsonl"
+    evaluate(_engine(builtin_index), questions[:6], EvalConfig(batch_size=3, checkpoint=str(path)), progress=False)
+    lines = path.read_text().splitlines()
+    rank1 = tmp_path / "run.jsonl.rank1"
+    # rank 1 finished positions 3-5 and was killed while writing positions 6-8 (a torn line)
+    rank1.write_text("\n".join([lines[0], lines[2], lines[1][: len(lines[1]) // 2]]))
+    path.write_text("\n".join(lines[:2]) + "\n")  # rank 0 finished positions 0-2
+    before = rank1.read_bytes()
+    engine = _engine(builtin_index)
+    calls = _count_calls(engine)
+    resumed = evaluate(engine, questions, EvalConfig(batch_size=3, checkpoint=str(path)), progress=False)
+    assert calls == [[q.question for q in questions[6:9]], [q.question for q in questions[9:12]]]
+    assert resumed["resumed_questions"] == 6
+    assert _records(resumed) == _records(plain)
+    assert rank1.read_bytes() == before
+    assert [json.loads(ln)["positions"] for ln in path.read_text().splitlines()[1:]] == [[0, 1, 2], [6, 7, 8],
+                                                                                          [9, 10, 11]]
+
+
+def test_a_rank_file_of_a_different_run_is_refused(builtin_index, tmp_path):
+    _, _, questions = builtin_index
+    other = tmp_path / "other.jsonl"
+    evaluate(_engine(builtin_index, passage_width=7), questions[:4], EvalConfig(batch_size=4, checkpoint=str(other)),
+             progress=False)
+    other.rename(tmp_path / "run.jsonl.rank1")
+    path = tmp_path / "run.jsonl"
+    with pytest.raises(UserError, match=r"run.jsonl.rank1' was written by a different run \(engine.passage_width"):
+        evaluate(_engine(builtin_index), questions[:4], EvalConfig(batch_size=4, checkpoint=str(path)), progress=False)
+    assert not path.exists()  # refused before anything is written
 
 
 class NamedReader:
