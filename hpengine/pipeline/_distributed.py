@@ -196,22 +196,14 @@ def _answer_share(engine, questions: list, batches: list, rank: int, progress: b
     """Answer this rank's ``batches`` (lists of positions); with ``ckpt``, append each finished batch to it."""
     from tqdm.auto import tqdm
 
-    from hpengine.pipeline._eval_job import _llm_counts
+    from hpengine.pipeline._eval_job import answer_batch
 
     start = time.perf_counter()
     answered = []
     bar = tqdm(total=sum(len(b) for b in batches), desc=f"questions (rank {rank})", disable=not progress)
     for n, positions in enumerate(batches):
         _fail_hook(rank, n)
-        batch = [questions[i] for i in positions]
-        before = (time.perf_counter(), dict(engine.timer.seconds), _llm_counts(engine))
-        preds = engine.answer([q.question if hasattr(q, "question") else q for q in batch])
-        answered.append((list(positions), preds))
-        if ckpt is not None:
-            after = _llm_counts(engine)
-            ckpt.add(list(positions), batch, preds, time.perf_counter() - before[0],
-                     {k: v - before[1].get(k, 0.0) for k, v in engine.timer.seconds.items()},
-                     {k: after[k] - before[2][k] for k in after})
+        answered.append((list(positions), answer_batch(engine, positions, [questions[i] for i in positions], ckpt)))
         bar.update(len(positions))
     bar.close()
     stats = {name: dict(c.stats) for name, c in (("decomposer", engine.decomposer), ("reader", engine.reader))

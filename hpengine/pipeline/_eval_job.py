@@ -76,6 +76,20 @@ def _llm_counts(engine: Engine) -> dict:
     return {k: sum(c.stats.get(k, 0) for c in models) for k in LLM_KEYS}
 
 
+def answer_batch(engine, positions: list, batch: list, ckpt=None) -> list:
+    """``engine.answer`` on one batch (``batch``: the questions at ``positions``); with ``ckpt``
+    (an :class:`~hpengine.pipeline._checkpoint.EvalCheckpoint`), the finished batch is appended to
+    it with its wall time, stage seconds and LLM token counts before this returns."""
+    before = (time.perf_counter(), dict(engine.timer.seconds), _llm_counts(engine))
+    answered = engine.answer([q.question if hasattr(q, "question") else q for q in batch])
+    if ckpt is not None:
+        after = _llm_counts(engine)
+        ckpt.add(list(positions), batch, answered, time.perf_counter() - before[0],
+                 {k: v - before[1].get(k, 0.0) for k, v in engine.timer.seconds.items()},
+                 {k: after[k] - before[2][k] for k in after})
+    return answered
+
+
 def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bool = True) -> dict:
     """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them.
 
@@ -113,14 +127,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
     for b in range(0, len(todo), eval_cfg.batch_size):
         positions = todo[b: b + eval_cfg.batch_size]
         batch = [questions[i] for i in positions]
-        before = (time.perf_counter(), dict(engine.timer.seconds), _llm_counts(engine))
-        answered = engine.answer([q.question for q in batch])
-        preds.update(zip(positions, answered))
-        if ckpt is not None:
-            after = _llm_counts(engine)
-            ckpt.add(positions, batch, answered, time.perf_counter() - before[0],
-                     {k: v - before[1].get(k, 0.0) for k, v in engine.timer.seconds.items()},
-                     {k: after[k] - before[2][k] for k in after})
+        preds.update(zip(positions, answer_batch(engine, positions, batch, ckpt)))
         bar.update(len(batch))
     bar.close()
     preds = [preds[i] for i in range(len(questions))]
