@@ -67,8 +67,10 @@ def test_killed_run_resumes_with_the_rest(builtin_index, tmp_path):
     assert resumed["resumed_questions"] == 8
     assert _records(resumed) == _records(plain)
     recorded = [json.loads(ln) for ln in path.read_text().splitlines()[1:]]
-    # the reported wall time covers all three batches, the killed process's too
-    assert resumed["wall_seconds"] == pytest.approx(sum(b["wall"] for b in recorded), abs=0.01)
+    # the reported wall time covers all three batches, the killed process's too (and this process's
+    # time around its one batch: milliseconds, more on a loaded CPU)
+    batches = sum(b["wall"] for b in recorded)
+    assert batches - 0.001 <= resumed["wall_seconds"] <= batches + 1.0
     # a third run finds everything done and answers nothing
     third = _engine(builtin_index)
     calls = _count_calls(third)
