@@ -5,7 +5,9 @@ measures a change to the vote alone on runs already made.
 
     python benchmarks/revote_grag.py OUT/hotpotqa_grag.json OUT/musique_grag.json
 
-Prints, per run, EM / F1 as recorded and as recounted, and how many predictions change.
+Prints, per run, EM / F1 as recorded and as recounted, how many predictions change, how many votes
+are unanimous (every voting path's normalised answer the same) and the oracle F1 (the best of the
+voting paths per question: what a perfect vote could reach).
 ``--paths 0,3,4`` recounts over those paths alone (positions in each record's ``paths``), so a run
 with more paths than a variant needs (greedy paths 0-2 and sampled paths 3-4, say) measures every
 subset of its paths from one run:
@@ -73,11 +75,12 @@ def main() -> None:
     args = ap.parse_args()
     keep = [int(p) for p in args.paths.split(",")] if args.paths else None
 
-    from hpengine.eval import exact_match, f1_score
+    from hpengine.eval import exact_match, f1_score, normalize_answer
     from hpengine.pipeline.retrievers import self_consistency_vote
 
-    print("| run | questions | EM recorded | F1 recorded | EM recounted | F1 recounted | changed |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| run | questions | EM recorded | F1 recorded | EM recounted | F1 recounted | changed | unanimous "
+          "| oracle F1 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for path in args.runs:
         runs = checkpoint_records(path, args.questions) if args.questions else json.load(open(path))["results"]
         for key, res in runs.items():
@@ -89,13 +92,16 @@ def main() -> None:
                                      f"has records with {short} paths")
                 recs = [(r, [a[i] for i in keep], [s[i] for i in keep]) for r, a, s in recs]
             recs = [x for x in recs if x[1]]
-            em = f1 = em0 = f10 = changed = 0.0
+            em = f1 = em0 = f10 = changed = unanimous = oracle = 0.0
             for r, answers, scores in recs:
                 pred = answers[self_consistency_vote(answers, scores)]
                 em += exact_match(pred, r["gold"]); f1 += f1_score(pred, r["gold"])
                 em0 += r["em"]; f10 += r["f1"]; changed += pred != r["prediction"]
+                unanimous += len({normalize_answer(a) for a in answers}) == 1
+                oracle += max(f1_score(a, r["gold"]) for a in answers)
             n = max(len(recs), 1)
-            print(f"| {key} | {len(recs)} | {em0 / n:.3f} | {f10 / n:.3f} | {em / n:.3f} | {f1 / n:.3f} | {int(changed)} |")
+            print(f"| {key} | {len(recs)} | {em0 / n:.3f} | {f10 / n:.3f} | {em / n:.3f} | {f1 / n:.3f} | {int(changed)} "
+                  f"| {int(unanimous)} | {oracle / n:.3f} |")
 
 
 if __name__ == "__main__":
