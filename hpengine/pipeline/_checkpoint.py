@@ -101,13 +101,13 @@ class EvalCheckpoint:
         questions: the run's questions (after ``max_questions``); a recorded batch must name the
             same question ids at the same positions.
         rank: the torchrun rank that writes (to :func:`rank_path` of ``path``); 0 for one process.
-        read_others: also read the other files of the run (FILE and its rank files,
-            :func:`checkpoint_files`), read-only: a torn last line there is skipped, not repaired
-            (its writer is another process). A torchrun rank other than 0 opens only its own file.
+        read_others: also read the other files of the run now (:meth:`read_others`); a torchrun
+            rank opens only its own file and rank 0 reads the others once every rank has opened its own.
 
-    ``done`` maps each finished position to its prediction; ``wall`` is the earlier processes'
-    wall time: the sum of a file's batch times, the longest file's when there are several (the
-    ranks ran side by side); ``seconds`` and ``llm`` sum every file's batches.
+    ``done`` maps each finished position to its prediction; ``wall`` and ``seconds`` are the
+    earlier processes' wall time and stage seconds: a file's batches summed, the longest file's
+    when there are several (the ranks ran side by side, as a torchrun result reports this run's
+    ranks); ``llm`` sums every file's batches.
 
     Raises:
         UserError: a file is not a checkpoint, was written by a different run, or records
@@ -115,24 +115,32 @@ class EvalCheckpoint:
     """
 
     def __init__(self, path: str, run: dict, questions: list, *, rank: int = 0, read_others: bool = True):
-        self.path = rank_path(path, rank)
+        self.path, self._base = rank_path(path, rank), Path(path)
+        self._run, self._questions = run, questions
         self.done: dict = {}  # position -> Prediction
         self.wall = 0.0
         self.seconds: dict = {}
         self.llm = {k: 0 for k in LLM_KEYS}
         if Path(path).is_dir():
             raise UserError(f"eval.checkpoint={path!r} is a folder; give a file path (a .jsonl file)")
-        others = [f for f in checkpoint_files(path) if f != self.path] if read_others else []
         if self.path.exists() and self.path.stat().st_size > 0:
-            self._load(self.path, run, questions, own=True)
-        for other in others:
-            if other.stat().st_size > 0:
-                self._load(other, run, questions, own=False)
+            self._load(self.path, own=True)
+        if read_others:  # before this file is created: a refused run writes nothing
+            self.read_others()
         if not (self.path.exists() and self.path.stat().st_size > 0):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._append({"hpengine_eval_checkpoint": FORMAT, "run": run})
 
-    def _load(self, path: Path, run: dict, questions: list, own: bool) -> None:
+    def read_others(self) -> None:
+        """Read the run's other files (FILE and its rank files, :func:`checkpoint_files`) into
+        ``done`` and the totals, read-only: a torn last line there is skipped, not repaired (its
+        writer is another process)."""
+        for other in checkpoint_files(self._base):
+            if other != self.path and other.stat().st_size > 0:
+                self._load(other, own=False)
+
+    def _load(self, path: Path, own: bool) -> None:
+        run, questions = self._run, self._questions
         lines = path.read_text(encoding="utf-8").split("\n")
         try:
             head = json.loads(lines[0])
@@ -155,7 +163,7 @@ class EvalCheckpoint:
                                     f"torn last line is dropped); give a new path") from None
         if own and len(good) < len(body):  # a torn last line: rewrite the file without it, atomically
             self._rewrite(head, good)
-        wall = 0.0
+        wall, seconds = 0.0, {}
         for batch in good:
             for pos, qid, pred in zip(batch["positions"], batch["ids"], batch["predictions"]):
                 if pos >= len(questions) or _key(questions[pos]) != qid:
@@ -164,10 +172,12 @@ class EvalCheckpoint:
                 self.done.setdefault(pos, prediction_from_json(pred))
             wall += batch["wall"]
             for k, v in batch["seconds"].items():
-                self.seconds[k] = self.seconds.get(k, 0.0) + v
+                seconds[k] = seconds.get(k, 0.0) + v
             for k in LLM_KEYS:
                 self.llm[k] += batch["llm"].get(k, 0)
         self.wall = max(self.wall, wall)
+        for k, v in seconds.items():
+            self.seconds[k] = max(self.seconds.get(k, 0.0), v)
 
     def _rewrite(self, head: dict, batches: list) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")

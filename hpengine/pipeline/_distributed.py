@@ -325,7 +325,7 @@ def _open_checkpoint(engine, questions: list, path: str, rank: int, group=None):
             r, f = unseen[0]
             raise UserError(f"eval.checkpoint: rank 0 cannot see rank {r}'s file {f!r}; put the checkpoint on a "
                             f"file system every rank sees (got eval.checkpoint={path!r})")
-        opened["ckpt"] = EvalCheckpoint(path, run, questions, rank=0, read_others=True)
+        opened["ckpt"].read_others()
         return sorted(opened["ckpt"].done)
 
     done = _exchange(read_all, group)[0]

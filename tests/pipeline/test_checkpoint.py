@@ -231,3 +231,23 @@ def test_another_llm_is_a_different_run(builtin_index, tmp_path):
     evaluate(_llm_engine(builtin_index, "/models/a"), questions[:4], cfg, progress=False)
     with pytest.raises(UserError, match=r"llm.reader: '/models/a' in the file, '/models/b' now"):
         evaluate(_llm_engine(builtin_index, "/models/b"), questions[:4], cfg, progress=False)
+
+
+def test_rank_files_count_as_ranks_side_by_side(builtin_index, tmp_path):
+    """Wall time and stage seconds of several files are the longest file's (the ranks ran side by
+    side); token counts sum over the files."""
+    from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
+
+    _, _, questions = builtin_index
+    engine = _engine(builtin_index)
+    run, path = run_fingerprint(engine), tmp_path / "run.jsonl"
+    preds = engine.answer([q.question for q in questions[:4]])
+    for rank, (wall, read, tokens) in enumerate([(2.0, 1.5, 10), (3.0, 1.0, 20)]):
+        writer = EvalCheckpoint(str(path), run, questions, rank=rank, read_others=False)
+        pos = [2 * rank, 2 * rank + 1]  # rank 0: positions 0, 1; rank 1: 2, 3
+        writer.add(pos, [questions[i] for i in pos], preds[2 * rank: 2 * rank + 2], wall, {"read": read},
+                   {"tokens_in": tokens, "tokens_out": 1, "repeats": 0})
+    both = EvalCheckpoint(str(path), run, questions)
+    assert sorted(both.done) == [0, 1, 2, 3]
+    assert both.wall == 3.0 and both.seconds == {"read": 1.5}
+    assert both.llm == {"tokens_in": 30, "tokens_out": 2, "repeats": 0}

@@ -1,9 +1,11 @@
 """benchmarks/revote_grag.py recounts the self-consistency vote of a recorded GRAG-MH run over any
 subset of its paths, with unanimous votes and the oracle F1, from the records alone."""
 import json
-import subprocess
+import runpy
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "revote_grag.py"
 
@@ -22,7 +24,7 @@ def _table(out: str) -> list:
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in rows]
 
 
-def test_revote_counts_subsets_unanimous_votes_and_the_oracle(tmp_path):
+def test_revote_counts_subsets_unanimous_votes_and_the_oracle(tmp_path, monkeypatch, capsys):
     records = [
         # paths 0-2 say Oslo (wrong), paths 3-4 say Bergen (right): the five-path vote stays Oslo
         _record(["Bergen"], ["Oslo", "Oslo", "Oslo", "Bergen", "Bergen"], [0.9, 0.8, 0.7, 0.6, 0.5], "Oslo"),
@@ -34,9 +36,10 @@ def test_revote_counts_subsets_unanimous_votes_and_the_oracle(tmp_path):
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"results": {"grag": {"records": records}}}))
 
-    def revote(*extra):
-        done = subprocess.run([sys.executable, str(SCRIPT), str(run), *extra], check=True, capture_output=True, text=True)
-        return _table(done.stdout)
+    def revote(*extra):  # the script's main, in this process (its imports are the test's)
+        monkeypatch.setattr(sys, "argv", [str(SCRIPT), str(run), *extra])
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+        return _table(capsys.readouterr().out)
 
     [row] = revote()
     assert row[1:] == ["3", "0.667", "0.667", "0.667", "0.667", "0", "1", "1.000"]
@@ -44,5 +47,5 @@ def test_revote_counts_subsets_unanimous_votes_and_the_oracle(tmp_path):
     assert row[1:] == ["3", "0.667", "0.667", "1.000", "1.000", "1", "1", "1.000"]
     [row] = revote("--paths", "0,1")  # Oslo x2 / Paris x2 / unknown, Milan
     assert row[1:] == ["3", "0.667", "0.667", "0.333", "0.333", "1", "2", "0.333"]
-    bad = subprocess.run([sys.executable, str(SCRIPT), str(run), "--paths", "0,7"], capture_output=True, text=True)
-    assert bad.returncode != 0 and "names path 7" in bad.stderr
+    with pytest.raises(SystemExit, match="names path 7"):
+        revote("--paths", "0,7")
