@@ -12,10 +12,12 @@ from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, syn
 __all__ += ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]
 
 from hpengine.graph._builder import add_passages, build_index
-from hpengine.graph._index import FORMAT_VERSION, Index, IndexFormatError, clean_stale, is_complete_index
+from hpengine.graph._index import Index
+from hpengine.graph._store import (FORMAT_VERSION, IndexFormatError, IndexLockedError, IndexStore, StoreWriter,
+                                   read_generation)
 
-__all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "add_passages", "build_index", "clean_stale",
-            "is_complete_index"]
+__all__ += ["FORMAT_VERSION", "Index", "IndexFormatError", "IndexLockedError", "IndexStore", "StoreWriter",
+            "add_passages", "build_index", "read_generation"]
 
 from hpengine.graph._lookups import IndexLookups
 

@@ -17,12 +17,14 @@ texts); a summary node's is the encoder's embedding of its summary text.
 """
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from hpengine.graph._store import write_json_durable
 
 GRAG_FORMAT_VERSION = 1
 GRAG_META, GRAG_TENSORS = "grag.json", "grag.safetensors"
@@ -131,10 +133,11 @@ class GragParts:
 
         tensors = {k: getattr(self, k).detach().contiguous().cpu() for k in (*_INT, "summary_emb")}
         save_file(tensors, str(Path(folder) / GRAG_TENSORS))
+        with open(Path(folder) / GRAG_TENSORS, "rb") as f:
+            os.fsync(f.fileno())
         meta = {"format_version": GRAG_FORMAT_VERSION, "relations": self.relations, "summaries": self.summaries,
                 **{k: v for k, v in self.meta.items() if k not in ("relations", "summaries", "format_version")}}
-        with open(Path(folder) / GRAG_META, "w", encoding="utf-8") as f:
-            json.dump(meta, f, ensure_ascii=False)
+        write_json_durable(Path(folder) / GRAG_META, meta)
 
     @classmethod
     def load(cls, folder: Path, *, device, num_facts: int, num_entities: int, dim: int) -> "GragParts":
@@ -145,16 +148,15 @@ class GragParts:
         """
         from safetensors.torch import load_file
 
-        from hpengine.graph._index import IndexFormatError, _read_json
+        from hpengine.graph._store import IndexFormatError, read_json
 
         folder = Path(folder)
         meta_path, tensor_path = folder / GRAG_META, folder / GRAG_TENSORS
-        meta = _read_json(meta_path)
+        meta = read_json(meta_path)
         if not isinstance(meta, dict) or meta.get("format_version") != GRAG_FORMAT_VERSION:
             got = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
             raise IndexFormatError(f"{meta_path}: GRAG format version {got!r} is not supported (expected "
-                                   f"{GRAG_FORMAT_VERSION}); rebuild with `python -m hpengine.pipeline.grag_build "
-                                   f"{folder}`")
+                                   f"{GRAG_FORMAT_VERSION}); rebuild them with `python -m hpengine.pipeline.grag_build INDEX`")
         for key in ("relations", "summaries"):
             if not isinstance(meta.get(key), list) or not all(isinstance(x, str) for x in meta[key]):
                 raise IndexFormatError(f"{meta_path}: {key!r} must be a list of str")
@@ -185,7 +187,7 @@ class GragParts:
         for what, ok in checks:
             if not ok:
                 raise IndexFormatError(f"{tensor_path}: expected {what}; the GRAG files do not belong to this "
-                                       f"index (rebuild with `python -m hpengine.pipeline.grag_build {folder}`)")
+                                       f"index (rebuild them with `python -m hpengine.pipeline.grag_build INDEX`)")
         if c == 0:
             t["summary_emb"] = t["summary_emb"].reshape(0, dim)
         extra = {k: v for k, v in meta.items() if k not in ("relations", "summaries", "format_version")}

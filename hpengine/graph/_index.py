@@ -1,8 +1,9 @@
 """The saved index: hypergraph + texts + embeddings, written atomically, loaded without pickle.
 
-On-disk layout (folder)::
+Files of one generation (the folder layout, the writer lock and the commit are
+:mod:`hpengine.graph._store`'s)::
 
-    index.json          format version, sizes, encoder name, build config, build report
+    index.json          (the manifest) format, generation, sizes, encoder name, build config and report
     texts.json          passages [{title, text}], facts [str], entities [str]
     tensors.safetensors fact_passage [H], fact_entity_raw [2, nnz_raw] (before synonyms),
                         synonyms [2, n] (symmetric entity pairs), fact_emb [H, D],
@@ -10,24 +11,11 @@ On-disk layout (folder)::
 
 The expanded incidence ``A_i+ = A_i ∪ Syn(A_i)`` is derived from ``fact_entity_raw`` and
 ``synonyms`` on load (O(nnz)), so incremental adds can re-derive it exactly.
-
-Atomicity: a save writes a sibling temporary folder ``.DIR.tmp-<pid>-<hex>``, then swaps it in
-with two renames (``old -> .bak``, ``tmp -> old``) and deletes the backup. An interruption
-before the swap leaves the previous index untouched; one between the two renames leaves
-``DIR.bak`` complete, and the next :meth:`Index.load` or :meth:`Index.save` renames it back.
-
-Leftovers of killed saves are cleaned up by the next save or load of the same folder, only when
-provably stale (:func:`clean_stale`): a temporary folder whose writing process is gone, and a
-backup when ``DIR`` itself is complete. The only complete copy is never deleted.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,25 +23,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from hpengine.errors import OutputExistsError, UserError
+from hpengine.errors import UserError
 from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
+from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, FORMAT_VERSION, MANIFEST, Generation, IndexFormatError,
+                                   IndexStore, read_generation, read_json, write_json_durable)
 from hpengine.graph._synonyms import expand_with_synonyms
 
-FORMAT_VERSION = 1
-_META, _TEXTS, _TENSORS = "index.json", "texts.json", "tensors.safetensors"
-#: a temporary folder written by the pre-pid format, older than this, is a leftover (seconds)
-_LEGACY_TMP_AGE = 3600
+_META, _TEXTS, _TENSORS = MANIFEST, "texts.json", "tensors.safetensors"
 _INT_TENSORS = ("fact_passage", "fact_entity_raw", "synonyms")
-#: test hook: ``HPENGINE_TEST_KILL_AT=<point>`` makes a save SIGKILL its own process at that point
-#: (``before-swap``, ``after-backup``, ``before-cleanup``) so the kill -9 tests hit each window
-_KILL_ENV = "HPENGINE_TEST_KILL_AT"
 _FLOAT_TENSORS = ("fact_emb", "entity_emb", "passage_emb")
-
-
-class IndexFormatError(UserError):
-    """A saved index is missing, corrupt, or of another format version or encoder (a user error:
-    the message names the file found wrong)."""
 
 
 @dataclass
@@ -143,40 +122,60 @@ class Index:
         }
 
     # ------------------------------------------------------------------- I/O
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the index atomically to folder ``path`` (see module docstring)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        tmp.mkdir()
+    def save(self, path: str | os.PathLike, *, writer=None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Path:
+        """Commit the index as a new generation of the index folder ``path``.
+
+        Args:
+            writer: a :class:`~hpengine.graph.StoreWriter` of ``path`` already held (a job that
+                loads, changes and saves under one lock); default: take the lock for this save.
+            lock_timeout: seconds to wait for another writer (without ``writer``).
+
+        Raises:
+            IndexLockedError: another process holds the lock beyond ``lock_timeout``.
+        """
+        if writer is None:
+            with IndexStore(path).writer(timeout=lock_timeout, command="Index.save") as held:
+                return self.save(path, writer=held)
+        if writer.store.path != IndexStore(path).path:
+            raise ValueError(f"the writer holds {writer.store.path}, not {path}")
+        meta = {k: v for k, v in self.meta.items() if k not in ("format", "format_version", "generation",
+                                                                  "store_token")}
+        meta.update(num_facts=self.num_facts, num_entities=self.num_entities, num_passages=self.num_passages,
+                    embedding_dim=int(self.fact_emb.shape[1]))
         try:
-            tensors = {
-                "fact_passage": self.fact_passage, "fact_entity_raw": self.fact_entity_raw,
-                "synonyms": self.synonyms, "fact_emb": self.fact_emb, "entity_emb": self.entity_emb,
-            }
-            if self.passage_emb is not None:
-                tensors["passage_emb"] = self.passage_emb
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / _TENSORS))
-            texts = {"passages": [{"title": p.title, "text": p.text} for p in self.passages],
-                     "facts": self.facts, "entities": self.entities}
-            _write_json(tmp / _TEXTS, texts)
-            if self.grag is not None:
-                self.grag.save(tmp)
-            meta = dict(self.meta)
-            meta.update(format_version=FORMAT_VERSION, num_facts=self.num_facts, num_entities=self.num_entities,
-                        num_passages=self.num_passages, embedding_dim=int(self.fact_emb.shape[1]))
-            _write_json(tmp / _META, meta)  # written last: its presence marks a complete folder
-            _kill_point("before-swap")
-            _swap_in(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            folder = writer.new_folder()
+            self._write_files(folder)
+            writer.commit(folder, meta)
+        except OSError as exc:  # disk full, quota, permissions: the current generation is untouched
+            raise UserError(f"{path}: cannot write the index ({exc.strerror or exc}); the index there is as it "
+                            f"was") from exc
+        return Path(path)
+
+    def _write_files(self, folder: Path) -> None:
+        """The data files of one generation into ``folder``, fsynced."""
+        tensors = {
+            "fact_passage": self.fact_passage, "fact_entity_raw": self.fact_entity_raw,
+            "synonyms": self.synonyms, "fact_emb": self.fact_emb, "entity_emb": self.entity_emb,
+        }
+        if self.passage_emb is not None:
+            tensors["passage_emb"] = self.passage_emb
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(folder / _TENSORS))
+        except OSError:
             raise
-        return path
+        except Exception as exc:  # safetensors wraps I/O errors in its own type
+            raise OSError(str(exc)) from exc
+        _fsync_file(folder / _TENSORS)
+        texts = {"passages": [{"title": p.title, "text": p.text} for p in self.passages],
+                 "facts": self.facts, "entities": self.entities}
+        write_json_durable(folder / _TEXTS, texts)
+        if self.grag is not None:
+            self.grag.save(folder)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, device="cpu", expected_encoder: str | None = None) -> "Index":
-        """Load a saved index (no pickle), checking format version, shapes and encoder.
+        """Load the current generation of a saved index (no pickle), checking format version,
+        shapes and encoder. Reads only: nothing in or beside ``path`` is changed.
 
         Args:
             path: index folder.
@@ -185,58 +184,53 @@ class Index:
 
         Raises:
             IndexFormatError: missing files, other format version, JSON of the wrong shape,
-                inconsistent shapes, ids out of range, non-finite embeddings, or another encoder
-                than ``expected_encoder``; the message names the file.
+                inconsistent shapes, ids out of range, non-finite or zero embeddings, or another
+                encoder than ``expected_encoder``; the message names the file.
         """
-        path = Path(path)
-        if path.parent.is_dir():
-            clean_stale(path)
-        if not (path / _META).exists():
-            raise IndexFormatError(f"{path} is not an hpengine index (no {_META})")
-        meta = _read_json(path / _META)
-        if not isinstance(meta, dict):
-            raise IndexFormatError(f"{path / _META}: expected a JSON object (got {type(meta).__name__})")
-        version = meta.get("format_version")
-        if version != FORMAT_VERSION:
-            raise IndexFormatError(f"{path}: index format version {version} is not supported "
-                                   f"(expected {FORMAT_VERSION}); rebuild the index with this hpengine")
+        return read_generation(path, lambda gen: cls._load_generation(path, gen, device, expected_encoder))
+
+    @classmethod
+    def _load_generation(cls, path, gen: Generation, device, expected_encoder) -> "Index":
+        meta, folder = gen.manifest, gen.folder
         if expected_encoder is not None and meta.get("encoder") != expected_encoder:
             raise IndexFormatError(f"{path}: index was built with encoder {meta.get('encoder')!r} but "
                                    f"{expected_encoder!r} is configured; rebuild the index or configure that encoder")
-        passages, facts, entities = _read_texts(path / _TEXTS)
+        passages, facts, entities = _read_texts(folder / _TEXTS)
         try:
-            tensors = load_file(str(path / _TENSORS), device=str(torch.device(device)))
+            tensors = load_file(str(folder / _TENSORS), device=str(torch.device(device)))
+        except FileNotFoundError:
+            raise
         except Exception as exc:  # safetensors raises its own error types
-            raise IndexFormatError(f"{path / _TENSORS}: cannot read tensors ({exc})") from exc
+            raise IndexFormatError(f"{folder / _TENSORS}: cannot read tensors ({exc})") from exc
         for name, t in tensors.items():
             wanted = torch.int64 if name in _INT_TENSORS else None
             if wanted is not None and t.dtype != wanted:
-                raise IndexFormatError(f"{path / _TENSORS}: tensor {name} must be int64 (got {t.dtype})")
+                raise IndexFormatError(f"{folder / _TENSORS}: tensor {name} must be int64 (got {t.dtype})")
             if name in _FLOAT_TENSORS and not t.is_floating_point():
-                raise IndexFormatError(f"{path / _TENSORS}: tensor {name} must be floating point (got {t.dtype})")
+                raise IndexFormatError(f"{folder / _TENSORS}: tensor {name} must be floating point (got {t.dtype})")
         index = cls(
             passages=passages, facts=facts, entities=entities,
-            fact_passage=_need(tensors, "fact_passage", path), fact_entity_raw=_need(tensors, "fact_entity_raw", path),
-            synonyms=_need(tensors, "synonyms", path), fact_emb=_need(tensors, "fact_emb", path),
-            entity_emb=_need(tensors, "entity_emb", path), passage_emb=tensors.get("passage_emb"),
-            meta={k: v for k, v in meta.items() if k != "format_version"},
+            fact_passage=_need(tensors, "fact_passage", folder), fact_entity_raw=_need(tensors, "fact_entity_raw", folder),
+            synonyms=_need(tensors, "synonyms", folder), fact_emb=_need(tensors, "fact_emb", folder),
+            entity_emb=_need(tensors, "entity_emb", folder), passage_emb=tensors.get("passage_emb"),
+            meta={k: v for k, v in meta.items() if k not in ("format", "format_version", "generation", "store_token")},
         )
-        index.check(path / _TENSORS)
+        index.check(folder / _TENSORS)
         from hpengine.graph._grag import GragParts, has_grag_files
 
-        if has_grag_files(path):
-            index.grag = GragParts.load(path, device=device, num_facts=len(facts), num_entities=len(entities),
+        if has_grag_files(folder):
+            index.grag = GragParts.load(folder, device=device, num_facts=len(facts), num_entities=len(entities),
                                         dim=int(index.fact_emb.shape[1]))
         for key, count in (("num_facts", len(facts)), ("num_entities", len(entities)),
                            ("num_passages", len(passages))):
             if key in meta and meta[key] != count:
-                raise IndexFormatError(f"{path / _META}: {key} is {meta[key]!r} but {_TEXTS} holds {count}; "
-                                       f"the index files do not belong together")
+                raise IndexFormatError(f"{path}/{_META}: {key} is {meta[key]!r} but {folder / _TEXTS} holds "
+                                       f"{count}; the index files do not belong together")
         return index
 
     def check(self, where="index") -> None:
         """Consistency of texts and tensors: shapes against the text counts, fact -> passage and
-        entity ids in range, one embedding dim, finite embeddings. O(nnz + (H + V + P) D), run on
+        entity ids in range, one embedding dim, finite, non-zero embedding rows. O(nnz + (H + V + P) D), run on
         every load. Raises :class:`IndexFormatError` naming ``where``."""
         h, v, p = self.num_facts, self.num_entities, self.num_passages
         expect = {"fact_passage": (h,), "fact_emb": (h, None), "entity_emb": (v, None)}
@@ -274,6 +268,10 @@ class Index:
         for name, t in embeddings:
             if t.numel() and not bool(torch.isfinite(t).all()):
                 raise IndexFormatError(f"{where}: tensor {name} has non-finite values (NaN or inf)")
+            zero = (t != 0).any(dim=1).logical_not().nonzero() if t.numel() else t.new_zeros(0, 1)
+            if zero.numel():  # the encoder normalises every row: a zero row is damage, not data
+                raise IndexFormatError(f"{where}: tensor {name} has {zero.numel()} all-zero rows (first: row "
+                                       f"{int(zero[0, 0])}); embeddings are L2-normalised, so the file is corrupt")
 
 
 def _need(tensors: dict, name: str, path: Path) -> Tensor:
@@ -282,30 +280,9 @@ def _need(tensors: dict, name: str, path: Path) -> Tensor:
     return tensors[name]
 
 
-def _write_json(path: Path, obj) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _read_json(path: Path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError as exc:
-        raise IndexFormatError(f"{path} is missing") from exc
-    except json.JSONDecodeError as exc:
-        raise IndexFormatError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from exc
-    except UnicodeDecodeError as exc:
-        raise IndexFormatError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from exc
-    except (ValueError, RecursionError, OSError) as exc:  # int too long, nesting too deep, unreadable
-        raise IndexFormatError(f"{path}: cannot read ({type(exc).__name__}: {str(exc)[:120]})") from exc
-
-
 def _read_texts(path: Path) -> tuple[list, list, list]:
     """``texts.json`` as (passages, facts, entities), every field type-checked."""
-    texts = _read_json(path)
+    texts = read_json(path)
     if not isinstance(texts, dict):
         raise IndexFormatError(f"{path}: expected a JSON object with passages, facts, entities "
                                f"(got {type(texts).__name__})")
@@ -326,92 +303,6 @@ def _read_texts(path: Path) -> tuple[list, list, list]:
     return passages, texts["facts"], texts["entities"]
 
 
-def is_complete_index(folder: Path) -> bool:
-    """All three files of an index are there (``index.json`` alone is not enough: a half-deleted
-    backup may still hold it)."""
-    return all((folder / name).is_file() for name in (_META, _TEXTS, _TENSORS))
-
-
-_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?:(?P<pid>\d+)-)?[0-9a-f]{8}$")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def clean_stale(path: str | os.PathLike) -> list[Path]:
-    """Recover and remove what killed saves of index folder ``path`` left behind.
-
-    - ``DIR`` missing or incomplete and ``DIR.bak`` complete: a save was killed between its two
-      renames; the backup is renamed back to ``DIR`` (it is the only complete copy). An
-      incomplete ``DIR`` (not an index) is left alone and the backup stays.
-    - ``DIR`` complete and ``DIR.bak`` present: the backup is stale (the save finished its renames
-      and was killed while deleting it); it is deleted.
-    - ``.DIR.tmp-<pid>-<hex>`` whose process ``pid`` is gone: deleted; a legacy
-      ``.DIR.tmp-<hex>`` (no pid) only when older than an hour. A live save's folder is kept.
-
-    Returns:
-        The paths deleted or renamed.
-    """
-    path = Path(path)
-    backup = path.with_name(path.name + ".bak")
-    done, live_writer = [], False
-    try:
-        siblings = list(path.parent.iterdir())
-    except OSError:
-        siblings = []
-    for entry in siblings:
-        match = _TMP_NAME.match(entry.name)
-        if not match or match.group("name") != path.name or not entry.is_dir() or entry.is_symlink():
-            continue
-        pid = match.group("pid")
-        if pid is not None:
-            stale = int(pid) != os.getpid() and not _pid_alive(int(pid))
-        else:
-            try:
-                stale = time.time() - entry.stat().st_mtime > _LEGACY_TMP_AGE
-            except OSError:
-                stale = False
-        if stale:
-            shutil.rmtree(entry, ignore_errors=True)
-            done.append(entry)
-        else:
-            live_writer = True
-    if backup.is_dir() and not backup.is_symlink():
-        if not path.exists() and is_complete_index(backup):
-            if not live_writer:  # a live save is between its renames: it puts DIR back itself
-                os.replace(backup, path)
-                done.append(backup)
-        elif is_complete_index(path):
-            shutil.rmtree(backup, ignore_errors=True)
-            done.append(backup)
-    return done
-
-
-def _swap_in(tmp: Path, path: Path) -> None:
-    backup = path.with_name(path.name + ".bak")
-    if path.exists():
-        if not path.is_dir() or (any(path.iterdir()) and not (path / _META).exists()):
-            raise OutputExistsError(f"{path} exists and is not an hpengine index; refusing to replace it")
-        if backup.exists():  # DIR is there: the backup is a leftover, not the only copy
-            shutil.rmtree(backup)
-        os.replace(path, backup)
-        _kill_point("after-backup")
-    elif backup.exists():  # clean_stale renamed a complete backup back, so this one is incomplete
-        shutil.rmtree(backup)
-    os.replace(tmp, path)
-    _kill_point("before-cleanup")
-    shutil.rmtree(backup, ignore_errors=True)
-
-
-def _kill_point(name: str) -> None:
-    if os.environ.get(_KILL_ENV) == name:  # tests only (tests/pipeline/test_cli_errors.py)
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())

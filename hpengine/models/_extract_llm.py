@@ -363,7 +363,7 @@ class LLMExtractor:
             raise TypeError(f"cfg must be an ExtractorConfig (got {type(cfg).__name__})")
         if not cfg.cache_dir:
             raise ValueError("extractor.cache_dir must be set for the LLM extractor (the index "
-                             "builder sets it to <out>/.extract_cache) (got '')")
+                             "builder sets it to <out>.extract_cache) (got '')")
         if (model is None) != (tokenizer is None):
             raise ValueError("pass both model and tokenizer, or neither (got "
                              f"model={type(model).__name__}, tokenizer={type(tokenizer).__name__})")

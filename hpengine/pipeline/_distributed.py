@@ -43,6 +43,7 @@ import torch
 
 from hpengine._profiling import peak_rss_mb
 from hpengine.errors import UserError
+from hpengine.graph import IndexStore
 
 #: environment variable of a test hook: the rank named fails while answering its batches
 FAIL_RANK_ENV = "HPENGINE_TEST_FAIL_RANK"
@@ -525,7 +526,7 @@ def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True
         if cfg.extractor.kind == "llm":
             from pathlib import Path
 
-            base = cfg.extractor.cache_dir or str(Path(cfg.out).with_name(Path(cfg.out).name + ".extract_cache"))
+            base = cfg.extractor.cache_dir or str(IndexStore(cfg.out).extract_cache)
             cfg.extractor.cache_dir = os.path.join(base, f"rank{rank}of{world}")
         wrapped = {}
 

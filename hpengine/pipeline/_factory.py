@@ -19,17 +19,15 @@ _SPACE_FIELDS = ("name_or_path", "max_length", "pooling", "normalize", "query_pr
 
 
 def peek_index_meta(path) -> dict | None:
-    """``index.json`` of the index at ``path`` (or of the complete backup a killed save left),
-    read without loading the index; None when there is none (``Index.load`` says why)."""
-    import json
+    """The manifest (``index.json``) of the index at ``path``, read without loading the index;
+    None when there is none (``Index.load`` says why). Reads only."""
+    from hpengine.errors import UserError
+    from hpengine.graph import IndexStore
 
-    for folder in (Path(path), Path(path).with_name(Path(path).name + ".bak")):
-        try:
-            meta = json.loads((folder / "index.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        return meta if isinstance(meta, dict) else None
-    return None
+    try:
+        return IndexStore(path).read_manifest()
+    except UserError:
+        return None
 
 
 def index_encoder_config(meta: dict, runtime: EncoderConfig | None = None) -> EncoderConfig:
@@ -102,8 +100,9 @@ def encoder_for_index(meta: dict, cfg: EncoderConfig | None = None, where: str =
     return make_encoder(cfg)
 
 
-def make_extractor(cfg: ExtractorConfig, out_dir: str | None = None):
-    """The configured extractor; the LLM cache defaults to ``<out>.extract_cache`` beside the index."""
+def make_extractor(cfg: ExtractorConfig, store=None):
+    """The configured extractor; the LLM cache defaults to the index store's
+    (:attr:`~hpengine.graph.IndexStore.extract_cache`, beside the index folder)."""
     if cfg.kind == "fast":
         from hpengine.models import FastExtractor
 
@@ -114,8 +113,7 @@ def make_extractor(cfg: ExtractorConfig, out_dir: str | None = None):
         raise ValueError("extractor=llm needs extractor.llm_model (a local HF checkpoint folder or hub name; "
                          "set it or the HPENGINE_LLM environment variable) (got '')")
     if not cfg.cache_dir:
-        if out_dir is None:
+        if store is None:
             raise ValueError("extractor.cache_dir must be set for the LLM extractor (got '')")
-        out = Path(out_dir)
-        cfg.cache_dir = str(out.with_name(out.name + ".extract_cache"))
+        cfg.cache_dir = str(store.extract_cache)
     return LLMExtractor(cfg)

@@ -1,15 +1,17 @@
-"""Build GRAG-MH's parts for a saved index and save them into it atomically (the index's own
-:meth:`~hpengine.graph.Index.save`: the old folder stays until the new one is complete)."""
+"""Build GRAG-MH's parts for a saved index and commit them as its next generation, under the
+index's writer lock (:mod:`hpengine.graph._store`: the old generation stays current until the new
+one is complete)."""
 from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 
 import torch
 
 from hpengine.config import GragBuildConfig
+from hpengine.errors import UserError
 from hpengine.graph import GragParts, Index, build_grag_parts
+from hpengine.graph._store import DEFAULT_LOCK_TIMEOUT
 from hpengine.models import entity_key
 
 
@@ -121,33 +123,38 @@ def build_grag(index: Index, encoder, cfg: GragBuildConfig, *, cache_dir: str = 
     return parts.to(index.device), report
 
 
-def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progress: bool = True) -> dict:
+def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progress: bool = True,
+                   lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
     """Load the index at ``index_dir``, build its GRAG parts, save it back atomically.
 
     Args:
         encoder: the index's encoder (default: the one its build config names).
+        lock_timeout: seconds to wait while another process writes the index.
 
     Returns:
         the build report.
     """
+    from hpengine.graph import IndexStore
     from hpengine.pipeline._index_job import check_index_dir, check_writable
 
     check_index_dir(index_dir)
     check_writable(index_dir, "index")
-    index = Index.load(index_dir, device=cfg.device)
-    if encoder is None:
-        from hpengine.config import EncoderConfig
-        from hpengine.pipeline._factory import make_encoder
+    store = IndexStore(index_dir)
+    with store.writer(timeout=lock_timeout, command="hpengine grag-build") as writer:
+        index = Index.load(index_dir, device=cfg.device)  # the latest generation, under the lock
+        if encoder is None:
+            from hpengine.config import EncoderConfig
+            from hpengine.pipeline._factory import make_encoder
 
-        enc = index.meta.get("build_config", {}).get("encoder", {})
-        fields = {f.name for f in dataclasses.fields(EncoderConfig)}
-        encoder = make_encoder(EncoderConfig(**{k: v for k, v in enc.items() if k in fields}))
-    if index.meta.get("encoder") not in (None, encoder.name):
-        raise ValueError(f"the index was built with encoder {index.meta.get('encoder')!r} (got {encoder.name!r})")
-    cache = str(Path(index_dir).with_name(Path(index_dir).name + ".grag_cache"))
-    parts, report = build_grag(index, encoder, cfg, cache_dir=cache, progress=progress)
-    index.grag = parts
-    index.save(index_dir)
+            enc = index.meta.get("build_config", {}).get("encoder", {})
+            fields = {f.name for f in dataclasses.fields(EncoderConfig)}
+            encoder = make_encoder(EncoderConfig(**{k: v for k, v in enc.items() if k in fields}))
+        if index.meta.get("encoder") not in (None, encoder.name):
+            raise UserError(f"index={index_dir!r} was built with encoder {index.meta.get('encoder')!r} "
+                            f"(got {encoder.name!r})")
+        parts, report = build_grag(index, encoder, cfg, cache_dir=str(store.grag_cache), progress=progress)
+        index.grag = parts
+        index.save(index_dir, writer=writer)
     return report
 
 

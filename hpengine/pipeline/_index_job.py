@@ -8,21 +8,25 @@ from pathlib import Path
 
 from hpengine.config import IndexConfig
 from hpengine.errors import InputNotFoundError, OutputExistsError, UserError
-from hpengine.graph import Index, add_passages, build_index, is_complete_index, load_corpus
+from hpengine.graph import Index, IndexStore, add_passages, build_index, load_corpus
 from hpengine.pipeline._factory import make_encoder, make_extractor
 
 
 def check_index_dir(path: str, key: str = "index") -> None:
-    """``path`` holds a saved index (or a complete backup a killed save left, which loading
-    restores); a :class:`~hpengine.errors.UserError` naming ``key=`` otherwise. Cheap: run it
-    before any model loads."""
-    if not path:
-        raise UserError(f"{key}= must name an index folder (got '')")
+    """``path`` holds a complete saved index (its manifest says so in full); a
+    :class:`~hpengine.errors.UserError` naming ``key=`` otherwise. Cheap: run it before any
+    model loads. Reads only."""
+    if not str(path).strip():
+        raise UserError(f"{key}= must name an index folder (got {path!r})")
     p = Path(path)
-    if not p.exists() and not is_complete_index(p.with_name(p.name + ".bak")):
+    if not p.exists():
         raise InputNotFoundError(f"{key}={path!r}: no such index folder")
-    if p.exists() and not p.is_dir():
+    if not p.is_dir():
         raise UserError(f"{key}={path!r} is a file, not an index folder")
+    try:
+        IndexStore(path).check()
+    except UserError as exc:
+        raise UserError(f"{key}={path!r}: {exc}") from None
 
 
 def check_writable(path: str | os.PathLike, key: str) -> None:
@@ -37,22 +41,35 @@ def check_writable(path: str | os.PathLike, key: str) -> None:
 
 
 def check_output_dir(out: str, *, overwrite: bool, key: str = "out") -> None:
-    """``out`` may receive a new index: a new or empty folder, or an existing index when
-    ``overwrite`` (the old one stays until the new one is complete: :meth:`Index.save`).
+    """``out`` may receive a new index: a new or empty folder (or one holding only what a killed
+    first build of hpengine left), or an existing index when ``overwrite`` (the old generation
+    stays current until the new one is committed, and nothing else in the folder is touched).
 
     Raises:
-        UserError: ``out`` empty, a file, a folder with other content, an index without
+        UserError: ``out`` empty, the current folder or a parent of it, a file, a folder with other
+            content (an ``index.json`` alone does not make an index), an index without
             ``overwrite``, or not writable (``OutputExistsError`` for the taken cases).
     """
-    if not out:
-        raise UserError(f"{key}= must name the index folder to write (got '')")
+    if not str(out).strip():
+        raise UserError(f"{key}= must name the index folder to write (got {out!r})")
     p = Path(out)
-    backup = p.with_name(p.name + ".bak")
+    here = Path.cwd().resolve()
+    if p.resolve() == here or p.resolve() in here.parents:
+        raise OutputExistsError(f"{key}={out!r} is the current folder or holds it; name a new folder for the "
+                                f"index, such as {key}=indexes/mine")
     if p.exists() and not p.is_dir():
         raise OutputExistsError(f"{key}={out!r} is a file, not an index folder; refusing to replace it")
-    is_index = (p / "index.json").exists() or (not p.exists() and is_complete_index(backup))
-    if p.is_dir() and not is_index and any(p.iterdir()):
-        raise OutputExistsError(f"{key}={out!r} is a folder that is not an hpengine index; refusing to replace it")
+    store = IndexStore(out)
+    is_index = store.is_index()
+    if p.is_dir() and not is_index and any(p.iterdir()) and not store.holds_only_leftovers():
+        why = ""
+        if (p / "index.json").exists():
+            try:
+                store.check()
+            except UserError as exc:
+                why = f" ({exc})"
+        raise OutputExistsError(f"{key}={out!r} is a folder that is not an hpengine index{why}; refusing to "
+                                f"replace it or anything in it")
     if is_index and not overwrite:
         raise OutputExistsError(f"{key}={out!r} already holds an index; pass overwrite=true to replace it "
                                 f"(it is kept until the new one is complete), or use `hpengine add` to grow it")
@@ -93,7 +110,22 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
     check_output_dir(cfg.out, overwrite=overwrite)
     corpus_path = cfg.corpus
     loaded = _load_nonempty_corpus(cfg, "index")
-    extractor = make_extractor(cfg.extractor, cfg.out)
+    if save is not None:  # a torchrun build: rank 0 saves (under the lock), every rank hears how it went
+        index, report = _build(cfg, loaded, corpus_path, progress, wrap)
+        save(index)
+        return index, report
+    with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine index") as writer:
+        if writer.previous is not None and not overwrite:  # another process committed one meanwhile
+            raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
+                                    f"overwrite=true to replace it")
+        index, report = _build(cfg, loaded, corpus_path, progress, wrap)
+        index.save(cfg.out, writer=writer)
+    return index, report
+
+
+def _build(cfg: IndexConfig, loaded, corpus_path: str, progress: bool, wrap):
+    store = IndexStore(cfg.out)
+    extractor = make_extractor(cfg.extractor, store)
     encoder = make_encoder(cfg.encoder)
     if wrap is not None:  # a torchrun build (pipeline/_distributed.py): rank-sharded extractor and encoder
         extractor, encoder = wrap(extractor, encoder)
@@ -104,13 +136,9 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
     if cfg.grag.build:  # GRAG-MH's parts (triples, communities, summary nodes) saved with the index
         from hpengine.pipeline._grag_job import build_grag
 
-        cache = str(Path(cfg.out).with_name(Path(cfg.out).name + ".grag_cache"))
-        index.grag, report["grag"] = build_grag(index, encoder, cfg.grag, cache_dir=cache, progress=progress)
+        index.grag, report["grag"] = build_grag(index, encoder, cfg.grag, cache_dir=str(store.grag_cache),
+                                                progress=progress)
     index.meta["build_report"] = report
-    if save is not None:  # a torchrun build: rank 0 saves, every rank hears how it went
-        save(index)
-    else:
-        index.save(cfg.out)
     return index, report
 
 
@@ -125,13 +153,14 @@ def run_add(cfg: IndexConfig, *, progress: bool = True):
     loaded = _load_nonempty_corpus(cfg, "add")
     check_writable(cfg.out, "out")
     encoder = make_encoder(cfg.encoder)
-    index = Index.load(cfg.out, device=cfg.device, expected_encoder=encoder.name)
-    extractor = make_extractor(cfg.extractor, cfg.out)
-    index, report = add_passages(index, loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
-                                 progress=progress)
-    report = {"corpus": cfg.corpus, "corpus_report": loaded.report, **report}
-    index.meta.setdefault("add_reports", []).append(report)
-    index.save(cfg.out)
+    with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine add") as writer:
+        index = Index.load(cfg.out, device=cfg.device, expected_encoder=encoder.name)  # the latest, under the lock
+        extractor = make_extractor(cfg.extractor, IndexStore(cfg.out))
+        index, report = add_passages(index, loaded.passages, extractor=extractor, encoder=encoder,
+                                     graph_cfg=cfg.graph, progress=progress)
+        report = {"corpus": cfg.corpus, "corpus_report": loaded.report, **report}
+        index.meta.setdefault("add_reports", []).append(report)
+        index.save(cfg.out, writer=writer)
     return index, report
 
 

@@ -54,8 +54,10 @@ def test_save_load_roundtrip(tmp_path):
     for name in ("fact_passage", "fact_entity_raw", "synonyms", "fact_emb", "entity_emb", "passage_emb"):
         assert torch.equal(getattr(loaded, name), getattr(index, name)), name
     assert torch.equal(loaded.graph.fact_entity, index.graph.fact_entity)
-    # no pickle anywhere: the folder has only json and safetensors
-    assert sorted(os.listdir(tmp_path / "idx")) == ["index.json", "tensors.safetensors", "texts.json"]
+    # no pickle anywhere: the manifest, one generation of json and safetensors, the store's own files
+    assert sorted(os.listdir(tmp_path / "idx")) == [".hpengine-store", ".hpengine.lock", "gen-000001", "index.json"]
+    assert sorted(os.listdir(tmp_path / "idx" / "gen-000001")) == [".hpengine-owner", "tensors.safetensors",
+                                                                   "texts.json"]
 
 
 def test_load_refuses_bad_indexes(tmp_path):
@@ -71,13 +73,17 @@ def test_load_refuses_bad_indexes(tmp_path):
     meta["format_version"] = FORMAT_VERSION
     meta_ok = json.dumps(meta)
     (path / "index.json").write_text(meta_ok)
-    texts = json.loads((path / "texts.json").read_text())
+    texts = json.loads((path / "gen-000001" / "texts.json").read_text())
     texts["facts"].append("an extra fact")
-    (path / "texts.json").write_text(json.dumps(texts))
+    (path / "gen-000001" / "texts.json").write_text(json.dumps(texts))
     with pytest.raises(IndexFormatError, match="fact_passage"):
         Index.load(path)
-    with pytest.raises(IndexFormatError, match="not an hpengine index"):
+    with pytest.raises(IndexFormatError, match="no such index folder"):
         Index.load(tmp_path / "nothing")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "index.json").write_text("{}")
+    with pytest.raises(IndexFormatError, match="format version None is not supported"):
+        Index.load(tmp_path / "user")
 
 
 def test_interrupted_save_keeps_previous(tmp_path, monkeypatch):
@@ -94,14 +100,28 @@ def test_interrupted_save_keeps_previous(tmp_path, monkeypatch):
     monkeypatch.undo()
     again = Index.load(path)
     assert again.facts == first.facts
-    assert [p for p in os.listdir(tmp_path) if p != "idx"] == []  # temporary folder cleaned up
+    assert [p for p in os.listdir(tmp_path) if p != "idx"] == []  # nothing beside the index
+    assert not [p for p in os.listdir(path) if p.startswith(".tmp-")]  # the unfinished generation went
 
 
-def test_recovers_from_crash_between_renames(tmp_path):
+def test_format_1_loads_and_the_next_save_replaces_its_files(tmp_path):
     index, _ = build(["Alpha", "Kell"])
     path = index.save(tmp_path / "idx")
-    os.replace(path, tmp_path / "idx.bak")  # state after the first of the two renames
-    assert Index.load(path).facts == index.facts
+    legacy = tmp_path / "legacy"  # the flat layout of format 1: data files beside index.json
+    legacy.mkdir()
+    for name in ("texts.json", "tensors.safetensors"):
+        os.replace(path / "gen-000001" / name, legacy / name)
+    meta = json.loads((path / "index.json").read_text())
+    for key in ("format", "generation", "store_token"):
+        del meta[key]
+    (legacy / "index.json").write_text(json.dumps({**meta, "format_version": 1}))
+    (legacy / "notes.txt").write_text("the user's")
+    assert Index.load(legacy).facts == index.facts
+    grown, _ = build(["Alpha", "Kell", "Oro"])
+    grown.save(legacy)
+    assert Index.load(legacy).facts == grown.facts
+    assert sorted(os.listdir(legacy)) == [".hpengine-store", ".hpengine.lock", "gen-000001", "index.json",
+                                          "notes.txt"]
 
 
 def test_refuses_to_replace_foreign_folder(tmp_path):

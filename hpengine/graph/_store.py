@@ -1,0 +1,484 @@
+"""The index store: the one authority for an index folder's on-disk layout, its writer lock and
+its generations.
+
+Layout of an index folder ``DIR`` (format 2)::
+
+    DIR/index.json          the manifest: format name and version, current generation, the store
+                            token, sizes, encoder, build config and report. Replacing it (one
+                            ``os.replace``) is the commit of a generation.
+    DIR/gen-<N>/            the data files of generation N (texts.json, tensors.safetensors,
+                            grag.*) and the owner marker ``.hpengine-owner``
+    DIR/.hpengine-store     the store token: random hex written when the store is created
+    DIR/.hpengine.lock      the writer lock (``fcntl.flock``); holds who has it (pid, command, time)
+    DIR/.tmp-<hex>/         a generation being written (owner marker inside)
+
+Format 1 (before generations) kept the data files beside ``index.json``; it still loads, and the
+first write to it commits a format-2 generation and removes the format-1 data files.
+
+Rules that keep a user's data safe:
+
+- Reading never writes or deletes anything. A reader reads the manifest, then the files of the
+  generation it names; if a writer removed that generation meanwhile (two commits during one
+  read), the reader reads the new manifest and starts again: it always sees one complete
+  generation, old or new.
+- Every write (index, add, GRAG build, :meth:`Index.save`) holds the writer lock for the whole
+  job, so a second writer waits (``lock_timeout`` seconds) and then stops with one line naming the
+  holder: no write is lost.
+- Cleanup removes only folders inside ``DIR`` whose owner marker holds this store's token: what
+  hpengine wrote and can prove it wrote. Nothing outside ``DIR`` is ever removed, and a folder is
+  treated as an index only when its manifest says so in full (:meth:`IndexStore.check`).
+- A commit keeps the previous generation, so a reader that started before it finishes undisturbed.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpengine.errors import OutputExistsError, UserError
+
+FORMAT_NAME = "hpengine-index"
+FORMAT_VERSION = 2
+#: format versions this code loads (1: data files beside index.json)
+READABLE_VERSIONS = (1, 2)
+MANIFEST = "index.json"
+TOKEN_FILE = ".hpengine-store"
+LOCK_FILE = ".hpengine.lock"
+OWNER_FILE = ".hpengine-owner"
+#: the data files every generation holds; GRAG-MH's parts are optional
+DATA_FILES = ("texts.json", "tensors.safetensors")
+OPTIONAL_FILES = ("grag.json", "grag.safetensors")
+#: default seconds a writer waits for another writer of the same index
+DEFAULT_LOCK_TIMEOUT = 60.0
+#: how often a reader starts again when writers keep committing under it
+_READ_ATTEMPTS = 8
+#: test hook: ``HPENGINE_TEST_KILL_AT=<point>`` makes a writer SIGKILL its own process there
+#: (``before-commit``, ``after-commit``), so the kill -9 tests hit each window
+_KILL_ENV = "HPENGINE_TEST_KILL_AT"
+
+
+class IndexFormatError(UserError):
+    """A saved index is missing, corrupt, or of another format version or encoder (a user error:
+    the message names the file found wrong)."""
+
+
+class IndexLockedError(UserError):
+    """Another process holds the index's writer lock beyond the configured wait."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One committed generation as a reader sees it: the manifest and the folder of its files."""
+
+    manifest: dict
+    folder: Path
+    number: int
+
+
+def _kill_point(name: str) -> None:
+    if os.environ.get(_KILL_ENV) == name:  # tests only
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_durable(path: Path, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` and fsync it (a file inside a folder not yet committed)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_json(path: Path):
+    """JSON of ``path``; every failure an :class:`IndexFormatError` naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError as exc:
+        raise IndexFormatError(f"{path} is missing") from exc
+    except json.JSONDecodeError as exc:
+        raise IndexFormatError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from exc
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from exc
+    except (ValueError, RecursionError, OSError) as exc:  # int too long, nesting too deep, unreadable
+        raise IndexFormatError(f"{path}: cannot read ({type(exc).__name__}: {str(exc)[:120]})") from exc
+
+
+
+def _read_owner(folder: Path) -> str | None:
+    try:
+        return (folder / OWNER_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _gen_name(number: int) -> str:
+    return f"gen-{number:06d}"
+
+
+class IndexStore:
+    """The on-disk index folder ``path``: what it holds, how it is read, who may write it.
+
+    Args:
+        path: the index folder (it need not exist yet).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        if not str(path).strip():
+            raise UserError("an index folder must be named (got '')")
+        self.path = Path(os.path.abspath(path))
+        self.shown = str(path)
+
+    # ------------------------------------------------------------ siblings
+    def sibling(self, suffix: str) -> Path:
+        """``DIR<suffix>`` beside the index folder (caches, the demo's report page)."""
+        return self.path.with_name(self.path.name + suffix)
+
+    @property
+    def extract_cache(self) -> Path:
+        """Default cache of the LLM extractor (kept across rebuilds, outside the generations)."""
+        return self.sibling(".extract_cache")
+
+    @property
+    def grag_cache(self) -> Path:
+        """Default cache of GRAG-MH's LLM triple extraction."""
+        return self.sibling(".grag_cache")
+
+    # ---------------------------------------------------------- inspection
+    def read_manifest(self) -> dict:
+        """``index.json`` as a dict, its format checked.
+
+        Raises:
+            IndexFormatError: no manifest, not JSON, not an object, or not an hpengine manifest of
+                a readable version.
+        """
+        path = self.path / MANIFEST
+        if not self.path.exists():
+            raise IndexFormatError(f"{self.shown}: no such index folder")
+        if not self.path.is_dir():
+            raise IndexFormatError(f"{self.shown} is a file, not an index folder")
+        if not path.is_file():
+            raise IndexFormatError(f"{self.shown} is not an hpengine index (no {MANIFEST})")
+        manifest = read_json(path)
+        if not isinstance(manifest, dict):
+            raise IndexFormatError(f"{path}: expected a JSON object (got {type(manifest).__name__})")
+        version = manifest.get("format_version")
+        if version not in READABLE_VERSIONS:
+            raise IndexFormatError(f"{self.shown}: index format version {version!r} is not supported "
+                                   f"(expected one of {list(READABLE_VERSIONS)}); rebuild the index with this hpengine")
+        if version >= 2 and manifest.get("format") != FORMAT_NAME:
+            raise IndexFormatError(f"{path}: format is {manifest.get('format')!r}, not {FORMAT_NAME!r}")
+        return manifest
+
+    def generation(self) -> Generation:
+        """The committed generation a reader should read now (checked to be complete).
+
+        Raises:
+            IndexFormatError: not an index, or its generation's files are missing.
+        """
+        manifest = self.read_manifest()
+        if manifest["format_version"] == 1:
+            folder, number = self.path, 0
+        else:
+            number = manifest.get("generation")
+            if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+                raise IndexFormatError(f"{self.path / MANIFEST}: generation must be a positive int (got {number!r})")
+            folder = self.path / _gen_name(number)
+        missing = [name for name in DATA_FILES if not (folder / name).is_file()]
+        if missing:
+            raise IndexFormatError(f"{self.shown}: generation {number} lacks {', '.join(missing)} "
+                                   f"(in {folder}); the index is incomplete")
+        return Generation(manifest, folder, number)
+
+    def check(self) -> None:
+        """Raise :class:`IndexFormatError` unless ``path`` holds a complete index."""
+        self.generation()
+
+    def is_index(self) -> bool:
+        """Whether ``path`` holds a complete hpengine index (its full format says so)."""
+        try:
+            self.check()
+        except UserError:
+            return False
+        return True
+
+    def token(self) -> str | None:
+        try:
+            token = (self.path / TOKEN_FILE).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return token if len(token) == 32 and all(c in "0123456789abcdef" for c in token) else None
+
+    def own_entries(self) -> list[Path]:
+        """Entries of ``DIR`` that hpengine wrote and can prove it: the token and lock files, and
+        folders whose owner marker holds this store's token."""
+        if not self.path.is_dir():
+            return []
+        found = [self.path / name for name in (TOKEN_FILE, LOCK_FILE) if (self.path / name).is_file()]
+        token = self.token()
+        if token is None:
+            return found
+        for entry in self.path.iterdir():
+            if entry.is_dir() and not entry.is_symlink() and _read_owner(entry) == token:
+                found.append(entry)
+        return found
+
+    def holds_only_leftovers(self) -> bool:
+        """``DIR`` is a folder whose every entry is hpengine's own (what a killed first build
+        leaves): it may receive a new index."""
+        if not self.path.is_dir():
+            return False
+        own = set(self.own_entries())
+        return all(entry in own for entry in self.path.iterdir())
+
+    # ------------------------------------------------------------- writing
+    @contextlib.contextmanager
+    def writer(self, *, timeout: float = DEFAULT_LOCK_TIMEOUT, command: str = ""):
+        """Hold the index's writer lock for the block; yields a :class:`StoreWriter`.
+
+        Creates ``DIR`` when missing (removed again when nothing was committed in it).
+
+        Raises:
+            IndexLockedError: another process held the lock for ``timeout`` seconds.
+        """
+        created = False
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                self.path.mkdir()
+                created = True
+        self._refuse_foreign()
+        fd = self._lock(timeout, command or " ".join(Path(sys.argv[0]).name.split()[:1] + sys.argv[1:2]))
+        try:
+            self._refuse_foreign()  # again, now that no writer can change it
+            writer = StoreWriter(self, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            yield writer
+        finally:
+            try:
+                writer.discard_leftovers()
+                if created and not writer.committed and not (self.path / MANIFEST).exists():
+                    self._remove_empty_store()
+            finally:
+                os.close(fd)  # releases the lock
+
+    def _refuse_foreign(self) -> None:
+        """Raise unless ``DIR`` is a folder that is an index, empty, or only hpengine's own."""
+        if not self.path.is_dir():
+            raise OutputExistsError(f"{self.shown} is a file, not an index folder; refusing to replace it")
+        if not self.is_index() and not self.holds_only_leftovers():
+            raise OutputExistsError(f"{self.shown} exists and is not an hpengine index; refusing to write into it")
+
+    def _lock(self, timeout: float, command: str) -> int:
+        """Take the exclusive lock on ``DIR/.hpengine.lock`` (waiting up to ``timeout`` s) and
+        record the holder in it; returns the open descriptor."""
+        path = self.path / LOCK_FILE
+        deadline = time.monotonic() + max(0.0, timeout)
+        delay = 0.01
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the folder went (a first build that committed nothing)
+                self.path.mkdir(parents=True, exist_ok=True)
+                continue
+            except OSError as exc:
+                raise UserError(f"{self.shown}: cannot open the index lock {path} ({exc.strerror})") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise UserError(f"{self.shown}: cannot lock the index ({exc.strerror})") from exc
+                if time.monotonic() >= deadline:
+                    raise IndexLockedError(f"index {self.shown} is being written by {self._holder()}; waited "
+                                           f"{timeout:g} s (lock_timeout); rerun when it is done") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            try:  # the lock file we hold must still be the one at the path (not unlinked meanwhile)
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                      "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(holder).encode(), 0)
+            return fd
+
+    def _holder(self) -> str:
+        try:
+            holder = json.loads((self.path / LOCK_FILE).read_text(encoding="utf-8"))
+            return (f"pid {holder['pid']} on {holder['host']} ({holder['command'] or 'hpengine'}, "
+                    f"since {holder['since']})")
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process"
+
+    def _remove_empty_store(self) -> None:
+        """Undo the folder a first build created when it committed nothing: only hpengine's own
+        entries are there, and only those go."""
+        for entry in self.own_entries():
+            if entry.name == LOCK_FILE:
+                continue
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        remaining = [e for e in self.path.iterdir() if e.name != LOCK_FILE]
+        if not remaining:
+            (self.path / LOCK_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+
+class StoreWriter:
+    """What the holder of an index's writer lock may do: write a generation and commit it.
+
+    Made by :meth:`IndexStore.writer` only.
+    """
+
+    def __init__(self, store: IndexStore, fd: int):
+        self.store = store
+        self._fd = fd
+        self.committed = False
+        self._token = store.token()
+        self._previous: Generation | None = None
+        try:
+            self._previous = store.generation()
+        except UserError:
+            self._previous = None
+
+    @property
+    def token(self) -> str:
+        """This store's token; written on first use (a new store, or a format-1 index)."""
+        if self._token is None:
+            self._token = secrets.token_hex(16)
+            tmp = self.store.path / f".{TOKEN_FILE}.tmp-{secrets.token_hex(4)}"
+            tmp.write_text(self._token, encoding="ascii")
+            os.replace(tmp, self.store.path / TOKEN_FILE)
+        return self._token
+
+    @property
+    def previous(self) -> Generation | None:
+        """The generation committed when the lock was taken (None for a new index)."""
+        return self._previous
+
+    def new_folder(self) -> Path:
+        """A fresh, owner-marked folder inside ``DIR`` to write a generation's files into."""
+        folder = self.store.path / f".tmp-{secrets.token_hex(8)}"
+        folder.mkdir()
+        (folder / OWNER_FILE).write_text(self.token, encoding="ascii")
+        return folder
+
+    def commit(self, folder: Path, meta: dict) -> Generation:
+        """Make ``folder`` (from :meth:`new_folder`, its files written and fsynced) the current
+        generation, with ``meta`` in the manifest; then remove generations older than the
+        previous one and the format-1 data files.
+
+        The commit point is one ``os.replace`` of ``index.json``: a kill before it leaves the
+        previous generation current, a kill after it the new one.
+        """
+        path = self.store.path
+        number = (self._previous.number if self._previous is not None else 0) + 1
+        final = path / _gen_name(number)
+        while final.exists():  # a killed writer renamed it but never committed: not referenced
+            if _read_owner(final) == self.token:
+                shutil.rmtree(final)
+            else:
+                number += 1
+                final = path / _gen_name(number)
+        for name in DATA_FILES:
+            if not (folder / name).is_file():
+                raise RuntimeError(f"generation folder {folder} lacks {name}")
+        os.rename(folder, final)
+        manifest = {**meta, "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "generation": number,
+                    "store_token": self.token}
+        tmp = path / f".{MANIFEST}.tmp-{secrets.token_hex(4)}"
+        try:
+            write_json_durable(tmp, manifest)
+            _fsync_dir(path)
+            _kill_point("before-commit")
+            os.replace(tmp, path / MANIFEST)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path)
+        _kill_point("after-commit")
+        previous, self._previous = self._previous, Generation(manifest, final, number)
+        self.committed = True
+        self._collect(keep={final.name, None if previous is None else previous.folder.name},
+                      legacy=previous is not None and previous.number == 0)
+        return self._previous
+
+    def _collect(self, keep: set, legacy: bool) -> None:
+        """Remove owner-marked generations not in ``keep`` (and format-1 data files once a
+        format-2 generation replaced them)."""
+        for entry in self.store.path.iterdir():
+            if entry.name.startswith("gen-") and entry.name not in keep and entry.is_dir() \
+                    and not entry.is_symlink() and _read_owner(entry) == self.token:
+                shutil.rmtree(entry, ignore_errors=True)
+        if legacy:
+            for name in DATA_FILES + OPTIONAL_FILES:
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    (self.store.path / name).unlink()
+
+    def discard_leftovers(self) -> None:
+        """Remove owner-marked temporary folders (this writer's, and a killed writer's: the lock
+        proves none is live)."""
+        if self._token is None:
+            return
+        for entry in self.store.path.iterdir():
+            if entry.name.startswith(".tmp-") and entry.is_dir() and not entry.is_symlink() \
+                    and _read_owner(entry) == self._token:
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def read_generation(path: str | os.PathLike, read):
+    """``read(generation)`` on the current generation of the index at ``path``; when a writer
+    removed that generation meanwhile, again on the new one (a reader sees one complete
+    generation, never a mix and never a failure caused by a commit).
+
+    Args:
+        read: ``Generation -> T``; raises :class:`IndexFormatError` or ``OSError`` on missing files.
+    """
+    store = IndexStore(path)
+    last_exc = None
+    for _ in range(_READ_ATTEMPTS):
+        gen = store.generation()
+        try:
+            return read(gen)
+        except (IndexFormatError, OSError) as exc:
+            last_exc = exc
+            try:
+                now = store.read_manifest().get("generation")
+            except UserError:
+                raise exc from None
+            if now == gen.manifest.get("generation") and gen.folder.is_dir():
+                raise  # the generation is still there: the files really are wrong
+    raise last_exc
