@@ -270,6 +270,50 @@ def check_output_file(path: str, key: str = "output") -> None:
     check_writable(path, key)
 
 
+def _same_file(a: str, b: str) -> bool:
+    """``a`` and ``b`` name one file (through links, relative paths, ``..``), existing or not."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_outputs_apart(outputs: dict, inputs: dict, index_dir: str = "") -> None:
+    """No output of a job lands on one of its inputs, on another output, or inside the index.
+
+    Args:
+        outputs: ``{key: path}`` the job writes (empty paths are skipped).
+        inputs: ``{key: path}`` the job reads.
+        index_dir: the index folder read (every file in it is an input).
+
+    Raises:
+        UserError: naming both keys, before any work.
+    """
+    from hpengine.errors import UserError
+
+    outputs = {k: v for k, v in outputs.items() if v}
+    for key, path in outputs.items():
+        for other, src in inputs.items():
+            if src and _same_file(path, src):
+                raise UserError(f"{key}={path!r} is the {other} file {src!r}; writing it would destroy that input "
+                                f"(name another file)")
+        if index_dir and _inside(path, index_dir):
+            raise UserError(f"{key}={path!r} is inside the index folder {index_dir!r}; writing there would damage "
+                            f"the index (name a file outside it)")
+    names = list(outputs)
+    for i, key in enumerate(names):
+        for other in names[i + 1:]:
+            if _same_file(outputs[key], outputs[other]):
+                raise UserError(f"{key}= and {other}= name the same file {outputs[key]!r}; they must differ")
+
+
 def _finite_or_null(obj, found: list):
     """``obj`` with non-finite floats as None (counted in ``found``): the output is strict JSON."""
     if isinstance(obj, float):
@@ -295,10 +339,18 @@ def write_result(result: dict, path: str) -> None:
     text = json.dumps(clean, indent=1, ensure_ascii=False, allow_nan=False)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, out)
+    except OSError as exc:  # disk full, quota: the old file (if any) is as it was
+        from hpengine.errors import UserError
+
+        raise UserError(f"output={path!r}: cannot write the results ({exc.strerror or exc}); "
+                        f"{'the old file is unchanged' if out.exists() else 'nothing was written'}") from exc
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -324,6 +376,8 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     check_llm(cfg.model)
     if cfg.output:
         check_output_file(cfg.output)
+    check_outputs_apart({"output": cfg.output, "eval.checkpoint": cfg.eval.checkpoint},
+                        {"questions": cfg.questions}, cfg.index)
     width = getattr(cfg.engine, "passage_width", None)
     if width is not None and max(cfg.eval.recall_ks) > width:
         raise UserError(f"eval.recall_ks must be <= engine.passage_width={width}, the passages ranked per question "

@@ -361,3 +361,94 @@ def test_kill_9_mid_work_leaves_index_unchanged(work):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert checksum(idx) == before
+
+
+# ------------------------------------------------ nothing lost: reads, overwrites, outputs
+def main_in_process(capsys, *args) -> tuple:
+    """``(exit status, stderr)`` of ``hpengine ARGS`` run in this process (fast: no start-up)."""
+    from hpengine.pipeline.cli import main
+
+    try:
+        main([str(a) for a in args])
+        status = 0
+    except SystemExit as exc:
+        status = exc.code
+    return status, capsys.readouterr().err
+
+
+def tree(folder) -> dict:
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(root, name)
+            out[os.path.relpath(p, folder)] = open(p, "rb").read()
+    return out
+
+
+def test_reads_and_the_grag_build_leave_a_users_backup_alone(work, capsys, monkeypatch):
+    idx, bak = work / "idx", work / "idx.bak"
+    shutil.copytree(idx, bak)  # what people do before overwrite=true
+    (bak / "why.txt").write_text("my copy from Tuesday")
+    before = tree(bak)
+    monkeypatch.delenv("HPENGINE_DEBUG", raising=False)
+    assert main_in_process(capsys, "ask", idx, "Where was the director of Solo born?", *FAST)[0] == 0
+    status, err = main_in_process(capsys, "eval", f"index={idx}", f"questions={work / 'questions.json'}",
+                                  f"output={work / 'run.json'}", *FAST)
+    assert status == 0, err
+    Index.load(idx)
+    from hpengine.pipeline.grag_build import main as grag_main
+
+    assert grag_main([str(idx)]) == 0
+    assert Index.load(idx).grag is not None
+    assert tree(bak) == before and Index.load(bak).grag is None
+
+
+def test_overwrite_refuses_a_user_folder_that_merely_holds_an_index_json(work, capsys):
+    user = work / "results"
+    (user / "plots").mkdir(parents=True)
+    (user / "plots" / "fig1.svg").write_text("<svg/>")
+    (user / "index.json").write_text('{"title": "my own index of results"}')
+    before = tree(user)
+    status, err = main_in_process(capsys, "index", f"corpus={work / 'corpus.json'}", f"out={user}", "overwrite=true",
+                                  *FAST)
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.startswith("hpengine: error: ") and "not an hpengine index" in err and "Traceback" not in err
+    assert tree(user) == before
+
+
+@pytest.mark.parametrize("target", ["questions", "index.json", "texts.json", "checkpoint", "checkpoint=questions"])
+def test_an_output_on_an_input_is_refused_before_any_work(work, capsys, target):
+    idx = work / "idx"
+    questions, ckpt = work / "questions.json", work / "run.jsonl"
+    ckpt.write_text("")
+    output = {"questions": questions, "index.json": idx / "index.json", "texts.json": idx / "gen-000001" / "texts.json",
+              "checkpoint": ckpt, "checkpoint=questions": work / "out.json"}[target]
+    extra = [f"eval.checkpoint={questions if target == 'checkpoint=questions' else ckpt}"]
+    before = (tree(idx), questions.read_bytes(), ckpt.read_bytes())
+    status, err = main_in_process(capsys, "eval", f"index={idx}", f"questions={questions}", f"output={output}",
+                                  *extra, *FAST)
+    assert status == 2 and err.count("\n") == 1 and err.startswith("hpengine: error: "), err
+    assert (tree(idx), questions.read_bytes(), ckpt.read_bytes()) == before
+
+
+@pytest.mark.parametrize("args", [("index", "corpus=corpus.json", "out=."), ("add", "corpus=more.jsonl", "out=."),
+                                  ("ask", ".", "Who?")])
+def test_the_current_folder_as_index_is_one_line(work, capsys, monkeypatch, args):
+    monkeypatch.chdir(work)
+    before = sorted(os.listdir(work))
+    status, err = main_in_process(capsys, *args, *FAST)
+    assert status == 2 and err.count("\n") == 1 and err.startswith("hpengine: error: "), err
+    assert sorted(os.listdir(work)) == before
+
+
+def test_two_concurrent_adds_keep_both_sets_of_passages(work):
+    idx = work / "idx"
+    write(work / "b.jsonl", json.dumps({"title": "Trondheim", "text": "Trondheim is a city in Norway."}) + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    procs = [subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", "add", f"corpus={work / name}",
+                               f"out={idx}", *FAST], cwd=work, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for name in ("more.jsonl", "b.jsonl")]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    titles = {p.title for p in Index.load(idx).passages}
+    assert {"Oslo", "Trondheim"} <= titles and len(titles) == len(CORPUS) + 2
