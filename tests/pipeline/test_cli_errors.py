@@ -452,3 +452,18 @@ def test_two_concurrent_adds_keep_both_sets_of_passages(work):
     assert [p.returncode for p in procs] == [0, 0], outs
     titles = {p.title for p in Index.load(idx).passages}
     assert {"Oslo", "Trondheim"} <= titles and len(titles) == len(CORPUS) + 2
+
+
+@pytest.mark.parametrize("argv, needle", [([], "index folder first"), (["nowhere"], "no such index folder"),
+                                          (["IDX", "louvain_seed=x"], "louvain_seed= must be an int"),
+                                          (["IDX", "frobnicate=1"], "unknown grag_build key"),
+                                          (["IDX", "lock_timeout=nan"], "lock_timeout= must be a finite number")])
+def test_grag_build_errors_are_one_line_with_exit_2(work, capsys, monkeypatch, argv, needle):
+    from hpengine.pipeline.grag_build import main as grag_main
+
+    monkeypatch.delenv("HPENGINE_DEBUG", raising=False)
+    before = tree(work / "idx")
+    status = grag_main([str(work / "idx") if a == "IDX" else str(work / a) if a == "nowhere" else a for a in argv])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and err.startswith("hpengine: error: ") and needle in err, err
+    assert tree(work / "idx") == before
