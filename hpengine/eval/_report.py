@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,52 +86,218 @@ def default_report_path(run_path: str | os.PathLike) -> str:
 
 
 def load_run(path: str | os.PathLike) -> dict:
-    """Read one ``hpengine eval`` output file and check it is one.
+    """Read one ``hpengine eval`` output file and check it fully (:func:`check_run`, non-finite
+    metrics refused: a NaN recall in a file is corruption).
 
     Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: not JSON, or not an eval output (names the file and the missing key).
+        hpengine.errors.InputNotFoundError: the file does not exist.
+        hpengine.errors.UserError: a folder, unreadable, not UTF-8, not JSON, or not an eval output
+            (names the file, the record index and the field).
     """
+    from hpengine.errors import InputNotFoundError, UserError, utf8_error
+
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise UserError(f"run file {path} is a folder; name an `hpengine eval output=...` file")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"run file {path} does not exist")
+        raise InputNotFoundError(f"run file {path} does not exist")
     try:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise UserError(f"run file {path} cannot be read ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise utf8_error(path, data, err) from None
+    try:
+        result = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    check_run(result, path)
+        raise UserError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    check_run(result, path, finite=True)
     return result
 
 
-def check_run(result: Any, where: str = "run") -> None:
-    """Raise ``ValueError`` naming ``where`` unless ``result`` looks like an ``evaluate()`` output."""
+# --- checking a run: every field the report reads, with its type -------------------------------
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return "null" if value is None else type(value).__name__
+
+
+class _Checker:
+    """Type checks of one run; each failure is one :class:`~hpengine.errors.UserError` naming
+    ``where`` and the field (``records[3].retrieved``)."""
+
+    def __init__(self, where: str, finite: bool):
+        self.where, self.finite = where, finite
+
+    def fail(self, field_name: str, expected: str, value: Any):
+        from hpengine.errors import UserError
+
+        raise UserError(f"{self.where}: {field_name} must be {expected} (got {_kind(value)})")
+
+    def number(self, field_name: str, value: Any, *, integer: bool = False, optional: bool = True) -> None:
+        if value is None and optional:
+            return
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            self.fail(field_name, ("an integer" if integer else "a number") + (" or null" if optional else ""), value)
+        if self.finite and isinstance(value, float) and not math.isfinite(value):
+            self.fail(field_name, "a finite number" + (" or null" if optional else ""), value)
+
+    def text(self, field_name: str, value: Any, optional: bool = True) -> None:
+        if not (isinstance(value, str) or (optional and value is None)):
+            self.fail(field_name, "a string" + (" or null" if optional else ""), value)
+
+    def texts(self, field_name: str, value: Any, what: str = "strings") -> None:
+        if not isinstance(value, list):
+            self.fail(field_name, f"a list of {what}", value)
+        for i, item in enumerate(value):
+            self.text(f"{field_name}[{i}]", item, optional=False)
+
+    def mapping(self, field_name: str, value: Any, optional: bool = True) -> bool:
+        """Whether ``value`` is a dict (``False`` for an allowed null)."""
+        if value is None and optional:
+            return False
+        if not isinstance(value, dict):
+            self.fail(field_name, "an object" + (" or null" if optional else ""), value)
+        return True
+
+    def listing(self, field_name: str, value: Any, what: str) -> None:
+        if not isinstance(value, list):
+            self.fail(field_name, f"a list of {what}", value)
+
+
+_TOP_NUMBERS = ("em", "f1", "questions_per_second", "wall_seconds", "peak_rss_mb")
+_RECORD_NUMBERS = ("em", "f1")
+_PATH_STATS = ("questions", "paths_per_question", "distinct_paths_per_question", "steps_per_path",
+               "unanimous_votes")
+
+
+def check_run(result: Any, where: str = "run", *, finite: bool = False) -> None:
+    """Check that ``result`` is an ``evaluate()`` output with the right type in every field the report
+    reads (top-level metrics, ``config``, each record's answer, ranking, gold ranks, chain).
+
+    Args:
+        result: the parsed run.
+        where: how errors name the run (its file).
+        finite: also refuse NaN and infinite metrics (a run file; an in-memory result may hold a
+            metric that is undefined, which the page shows as "n/a").
+
+    Raises:
+        hpengine.errors.UserError: naming ``where``, the record index and the field.
+    """
+    from hpengine.errors import UserError
+
     if not isinstance(result, dict):
-        raise ValueError(f"{where}: expected the JSON object written by `hpengine eval output=...` "
-                         f"(got {type(result).__name__})")
+        raise UserError(f"{where}: expected the JSON object written by `hpengine eval output=...` "
+                        f"(got {type(result).__name__})")
     missing = [k for k in _REQUIRED_KEYS if k not in result]
     if missing:
-        raise ValueError(f"{where}: not an `hpengine eval` output: missing key(s) {', '.join(missing)} "
-                         f"(got keys {', '.join(sorted(result)[:8]) or 'none'})")
+        raise UserError(f"{where}: not an `hpengine eval` output: missing key(s) {', '.join(missing)} "
+                        f"(got keys {', '.join(sorted(map(str, result))[:8]) or 'none'})")
+    c = _Checker(where, finite)
+    c.number("num_questions", result["num_questions"], integer=True, optional=False)
     records = result["records"]
-    if not isinstance(records, list) or not all(isinstance(r, dict) and "id" in r for r in records):
-        raise ValueError(f"{where}: 'records' must be a list of objects with an 'id' "
-                         f"(got {type(records).__name__})")
+    if not isinstance(records, list):
+        c.fail("records", "a list of objects with an 'id'", records)
+    c.text("retriever", result.get("retriever"))
+    if not isinstance(result.get("llm", False), (bool, type(None))):
+        c.fail("llm", "true or false", result["llm"])
+    for key, value in result.items():
+        if key in _TOP_NUMBERS or str(key).startswith("recall@"):
+            c.number(key, value)
+    for key in ("llm_tokens_in", "llm_tokens_out"):
+        c.number(key, result.get(key), integer=True)
+    if c.mapping("seconds", result.get("seconds")):
+        for stage, value in result["seconds"].items():
+            c.number(f"seconds.{stage}", value, optional=False)
+    if c.mapping("config", result.get("config")):
+        config = result["config"]
+        c.text("config.questions", config.get("questions"))
+        if c.mapping("config.model", config.get("model")):
+            c.text("config.model.llm", config["model"].get("llm"))
+    if result.get("warnings") is not None:
+        c.listing("warnings", result["warnings"], "messages")
+    if result.get("hop_diagnostics") is not None:
+        c.listing("hop_diagnostics", result["hop_diagnostics"], "objects")
+        for t, hop in enumerate(result["hop_diagnostics"]):
+            c.mapping(f"hop_diagnostics[{t}]", hop, optional=False)
+            for stage, value in hop.items():
+                c.number(f"hop_diagnostics[{t}].{stage}", value)
+    if c.mapping("reasoning_paths", result.get("reasoning_paths")):
+        for key in _PATH_STATS:
+            c.number(f"reasoning_paths.{key}", result["reasoning_paths"].get(key), optional=False,
+                     integer=key in ("questions", "unanimous_votes"))
+    first = {}
+    for i, rec in enumerate(records):
+        _check_record(c, i, rec)
+        j = first.setdefault(str(rec["id"]), i)
+        if j != i:
+            raise UserError(f"{where}: records[{i}].id {rec['id']!r} repeats records[{j}].id (got the same "
+                            f"question twice; each record is one question)")
+
+
+def _check_record(c: _Checker, i: int, rec: Any) -> None:
+    at = f"records[{i}]"
+    if not isinstance(rec, dict):
+        c.fail(at, "an object with an 'id'", rec)
+    if "id" not in rec:
+        from hpengine.errors import UserError
+
+        raise UserError(f"{c.where}: {at} must be an object with an 'id' (got keys "
+                        f"{', '.join(sorted(map(str, rec))[:8]) or 'none'})")
+    if isinstance(rec["id"], bool) or not isinstance(rec["id"], (str, int)):
+        c.fail(f"{at}.id", "a string or an integer", rec["id"])
+    c.text(f"{at}.question", rec.get("question"))
+    c.text(f"{at}.prediction", rec.get("prediction"))
+    if rec.get("gold") is not None:
+        c.texts(f"{at}.gold", rec["gold"], "answer strings")
+    c.texts(f"{at}.retrieved", rec.get("retrieved", []), "passage titles")
+    if rec.get("gold_ranks") is not None:
+        c.listing(f"{at}.gold_ranks", rec["gold_ranks"], "ranks (integers or null)")
+        for j, rank in enumerate(rec["gold_ranks"]):
+            c.number(f"{at}.gold_ranks[{j}]", rank, integer=True)
+            if rank is not None and rank < 0:
+                c.fail(f"{at}.gold_ranks[{j}]", "a rank >= 0 or null", rank)
+    for key, value in rec.items():
+        if key in _RECORD_NUMBERS or str(key).startswith("recall@"):
+            c.number(f"{at}.{key}", value)
+    c.listing(f"{at}.notes", rec.get("notes", []), "messages")
+    c.listing(f"{at}.chain", rec.get("chain", []), "hop objects")
+    for t, hop in enumerate(rec.get("chain", [])):
+        h = f"{at}.chain[{t}]"
+        c.mapping(h, hop, optional=False)
+        c.text(f"{h}.subquery", hop.get("subquery"))
+        c.text(f"{h}.answer", hop.get("answer"))
+        c.texts(f"{h}.linked", hop.get("linked", []), "passage titles")
+        c.listing(f"{h}.facts", hop.get("facts", []), "fact objects")
+        for j, fact in enumerate(hop.get("facts", [])):
+            c.mapping(f"{h}.facts[{j}]", fact, optional=False)
+            c.text(f"{h}.facts[{j}].title", fact.get("title"))
+            c.text(f"{h}.facts[{j}].text", fact.get("text"))
+            c.number(f"{h}.facts[{j}].score", fact.get("score"))
+            c.number(f"{h}.facts[{j}].distance", fact.get("distance"))
 
 
 def check_same_questions(runs: list) -> None:
     """Refuse runs over different question sets, naming the runs and an id that differs.
 
     Raises:
-        ValueError: when two runs' record ids are not the same set.
+        hpengine.errors.UserError: when two runs' record ids are not the same set.
     """
+    from hpengine.errors import UserError
+
     first = runs[0]
     ids = {str(r["id"]) for r in first.records}
     for run in runs[1:]:
         other = {str(r["id"]) for r in run.records}
         if other != ids:
             extra = sorted(other - ids)[:1] or sorted(ids - other)[:1]
-            raise ValueError(
+            raise UserError(
                 f"runs on different question sets: {first.path or first.name} ({len(ids)} questions) and "
                 f"{run.path or run.name} ({len(other)} questions) (got question id {extra[0]!r} in only one "
                 f"of them; compare runs of the same question file)")
@@ -147,9 +314,11 @@ def run_label(result: dict) -> str:
 
 def make_runs(results: list, paths: list | None = None, names: list | None = None) -> list:
     """Wrap results as :class:`Run` with unique names (the file stem is added to repeated labels)."""
+    from hpengine.errors import UserError
+
     paths = list(paths) if paths is not None else [""] * len(results)
     if names is not None and len(names) != len(results):
-        raise ValueError(f"names must give one name per run ({len(results)} runs) (got {len(names)} names)")
+        raise UserError(f"names must give one name per run ({len(results)} runs) (got {len(names)} names)")
     labels = list(names) if names is not None else [run_label(r) for r in results]
     if names is None:
         for i, label in enumerate(labels):
@@ -258,7 +427,8 @@ def record_ranks(record: dict, question) -> tuple:
 
 
 def _mean(values: list) -> float | None:
-    values = [v for v in values if v is not None and not math.isnan(v)]
+    """The mean of the finite values; ``None`` when there are none (undefined: shown as "–")."""
+    values = [v for v in values if v is not None and math.isfinite(v)]
     return sum(values) / len(values) if values else None
 
 
@@ -442,11 +612,13 @@ def build_report(results: list, *, paths: list | None = None, names: list | None
         The HTML text.
 
     Raises:
-        ValueError: no results, a result that is not an eval output, or runs over different
-            question sets (naming them).
+        hpengine.errors.UserError: no results, a result that is not an eval output (naming the field),
+            or runs over different question sets (naming them).
     """
+    from hpengine.errors import UserError
+
     if not results:
-        raise ValueError("a report needs at least one run (got none)")
+        raise UserError("a report needs at least one run (got none)")
     paths = list(paths) if paths is not None else [""] * len(results)
     for i, (result, path) in enumerate(zip(results, paths)):
         check_run(result, path or f"run {i + 1}")
@@ -457,22 +629,83 @@ def build_report(results: list, *, paths: list | None = None, names: list | None
     return render_page(collect(runs, questions, questions_path), title=title)
 
 
+def check_report_out(out: str | os.PathLike, inputs: list = (), key: str = "out") -> str:
+    """Refuse a page path that cannot take the page: empty, a folder, in a folder that does not
+    exist or is not writable, or one of the ``inputs`` (run or question files). Returns ``out``.
+
+    Raises:
+        hpengine.errors.UserError: naming ``key=`` and the path (``OutputExistsError`` for a
+            folder or an input in the way).
+    """
+    from hpengine.errors import OutputExistsError, UserError
+
+    out = os.fspath(out)
+    if not out:
+        raise UserError(f"{key}= must name the HTML file to write (got '')")
+    if os.path.isdir(out):
+        raise OutputExistsError(f"{key}={out!r} is a folder; name a file such as "
+                                f"{os.path.join(out, 'report.html')!r}")
+    if os.path.lexists(out) and not os.path.isfile(out):
+        raise OutputExistsError(f"{key}={out!r} exists and is not a regular file; refusing to replace it")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise UserError(f"{key}={out!r}: folder {parent} does not exist (create it, or name a file in an "
+                        f"existing folder)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{key}={out!r}: folder {parent} is not writable")
+    for given in inputs:
+        given = os.fspath(given) if given else ""
+        if given and os.path.exists(given) and os.path.exists(out) and os.path.samefile(given, out):
+            raise OutputExistsError(f"{key}={out!r} is the input file {given}; refusing to overwrite an input "
+                                    f"(name another file, such as {default_report_path(given)!r})")
+    return out
+
+
+def _write_atomic(out: str, text: str, key: str = "out") -> None:
+    """``text`` to ``out`` through a uniquely named temporary file in the same folder and
+    ``os.replace``: readers see the old page or the whole new one; the temporary file is
+    removed on any failure."""
+    from hpengine.errors import UserError
+
+    folder, name = os.path.split(os.path.abspath(out))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(err, OSError):
+            raise UserError(f"{key}={out!r}: cannot write the page ({err.strerror or err})") from err
+        raise
+
+
 def write_report(runs: list, out: str | os.PathLike | None = None, **kwargs) -> str:
     """Write :func:`build_report` of ``runs`` (run-file paths or result dicts) to ``out``
-    (default: :func:`default_report_path` of the first run file), atomically; returns the path."""
+    (default: :func:`default_report_path` of the first run file), atomically; returns the path.
+
+    Everything is checked before the page is computed: ``out`` (:func:`check_report_out`), then
+    every run file in full (:func:`load_run`).
+
+    Raises:
+        hpengine.errors.UserError: a bad ``out``, run file or question file (one line naming it).
+    """
+    from hpengine.errors import UserError
+
     paths = [os.fspath(r) if isinstance(r, (str, os.PathLike)) else "" for r in runs]
-    results = [load_run(p) if p else r for r, p in zip(runs, paths)]
     if out is None:
         if not paths or not paths[0]:
-            raise ValueError("out= is required when the first run is not a file (got an in-memory result)")
+            raise UserError("out= is required when the first run is not a file (got an in-memory result)")
         out = default_report_path(paths[0])
+    out = check_report_out(out, [*paths, kwargs.get("questions_path")])
+    results = [load_run(p) if p else r for r, p in zip(runs, paths)]
     html = build_report(results, paths=paths, **kwargs)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, out)
-    return str(out)
+    _write_atomic(out, html)
+    return out
 
 
-__all__ = ["ReportData", "Run", "build_report", "collect", "default_report_path", "load_run", "write_report"]
+__all__ = ["ReportData", "Run", "build_report", "check_report_out", "check_run", "collect", "default_report_path",
+           "load_run", "write_report"]

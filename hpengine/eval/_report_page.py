@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import html
 import json
+import math
+import re
 
 from hpengine.eval._report import CURVE_KS, TABLE_KS, ReportData
 from hpengine.eval._report_plots import FUNNEL_STAGES, facet_svg, funnel_svg, recall_curve_svg
@@ -46,7 +48,8 @@ const R = D.runs, Q = D.questions;
 const $ = id => document.getElementById(id);
 const ENT = {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'};
 const esc = s => String(s == null ? '' : s).replace(/[&<>"]/g, c => ENT[c]);
-const fmt = v => v == null ? '–' : Number(v).toFixed(3);
+// metrics: null (undefined, e.g. recall without gold) and non-finite ("n/a" in the data) print n/a
+const fmt = v => Number.isFinite(v) ? v.toFixed(3) : 'n/a';
 const solved = (q, j, m) => { const r = q.runs[j]; return m === 'em' ? r.em === 1 : r.recall5 === 1; };
 let PAGE = 50, shown = PAGE, matches = [];
 for (const q of Q) q.hay = [q.id, q.question, q.gold.join(' '), ...q.runs.map(r => r.answer),
@@ -86,8 +89,8 @@ function body(q){
       r.chain.forEach((c, t) => {
         h += `<div class="hop">hop ${t + 1}: <i>${esc(c.subquery)}</i> → <b>${esc(c.answer)}</b>`
         + c.facts.map(f => `<div class="fact"><span class="s" title="fact score; BFS distance to the carried frontier">`
-          + `${f.score == null ? '' : Number(f.score).toFixed(3)} `
-          + `d=${f.distance == null || f.distance < 0 ? '–' : f.distance}`
+          + `${f.score == null ? '' : fmt(f.score)} `
+          + `d=${f.distance == null || f.distance < 0 ? '–' : Number.isFinite(f.distance) ? f.distance : 'n/a'}`
           + `</span> [${esc(f.title)}] ${esc(f.text)}</div>`).join('')
         + (c.linked.length ? `<div class="fact">linked: ${c.linked.map(esc).join(', ')}</div>` : '') + '</div>'; }); }
     h += '</div>'; });
@@ -114,24 +117,76 @@ apply();
 """
 
 
+#: what the page prints for a number that is undefined (a mean over nothing) or not finite
+NOT_AVAILABLE = "n/a"
+#: characters that could end or alter the JSON data block (``</script>``, ``<!--``) or a JS string
+_JSON_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
+                        0x2028: "\\u2028", 0x2029: "\\u2029"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _finite(value: float) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
 def _num(value, digits: int = 3) -> str:
+    """A table number: "–" when the run does not record it, "n/a" when it is NaN or infinite."""
     if value is None:
         return "–"
+    if not _finite(value):
+        return NOT_AVAILABLE
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return html.escape(str(value))
 
 
+def _metric(value, digits: int = 3) -> str:
+    """A Recall@k / EM / F1 cell: "n/a" when undefined (null, e.g. no question with gold) or not finite."""
+    return NOT_AVAILABLE if value is None else _num(value, digits)
+
+
+def _json_safe(obj):
+    """``obj`` with NaN and infinities as the string "n/a": the embedded data stays strict JSON
+    (``JSON.parse`` refuses ``NaN``) and the page prints them as "n/a"."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return NOT_AVAILABLE
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def json_script_text(obj) -> str:
+    r"""``obj`` as JSON to sit inside ``<script type="application/json">``: ``<``, ``>``, ``&``,
+    U+2028 and U+2029 are written as ``\u003c``-style escapes (as Django's ``json_script`` and
+    Jinja's ``htmlsafe_json_dumps`` do), so no string can end the element (``</script>``), open a
+    comment that swallows the rest of the page (``<!--<script>``) or read as markup. ``JSON.parse``
+    of the element's text gives back the original strings.
+
+    Example:
+        >>> json_script_text({"a": "</script><!--"})
+        '{"a":"\\u003c/script\\u003e\\u003c!--"}'
+    """
+    text = json.dumps(_json_safe(obj), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # a lone surrogate (JSON allows "\ud800") stays an escape: the page is written as UTF-8
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text.translate(_JSON_SCRIPT_ESCAPES))
+
+
 def _setting(value) -> str:
-    return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+    return value if isinstance(value, str) else json.dumps(_json_safe(value), ensure_ascii=False)
 
 
 def _paths_cell(stats: dict | None) -> str:
     """The run's ``reasoning_paths`` in a line (methods with several reasoning paths), else "–"."""
     if not stats:
         return "–"
-    return (f'{stats["paths_per_question"]:g} per question ({stats["distinct_paths_per_question"]:g} distinct), '
-            f'{stats["steps_per_path"]:g} steps each, {stats["unanimous_votes"]} of {stats["questions"]} unanimous')
+
+    def g(key):
+        return format(stats[key], "g") if _finite(stats[key]) else NOT_AVAILABLE
+
+    return (f'{g("paths_per_question")} per question ({g("distinct_paths_per_question")} distinct), '
+            f'{g("steps_per_path")} steps each, {stats["unanimous_votes"]} of {stats["questions"]} unanimous')
 
 
 def _summary_table(data: ReportData) -> str:
@@ -141,7 +196,7 @@ def _summary_table(data: ReportData) -> str:
     for c, getter in zip(cols, [lambda r, k=k: r["recall"][k] for k in TABLE_KS] +
                          [lambda r: r["em"], lambda r: r["f1"]]):
         values = [getter(r) for r in data.rows]
-        known = [v for v in values if v is not None]
+        known = [v for v in values if v is not None and _finite(v)]
         best[c] = max(known) if len(known) > 1 else None
     head = ("<tr><th>run</th><th>method</th><th>settings that differ</th><th>questions</th>"
             + "".join(f"<th>{c}</th>" for c in cols)
@@ -160,11 +215,11 @@ def _summary_table(data: ReportData) -> str:
             approx = row["recall_source"][k] != "run" and data.curve_source == "titles"
             title = "from the records' ranks" if row["recall_source"][k] != "run" else "from the run file"
             cells.append(f'<td class="{cls}{" approx" if approx else ""}" data-key="recall@{k}" title="{title}">'
-                         f'{"≈" if approx and v is not None else ""}{_num(v)}</td>')
+                         f'{"≈" if approx and v is not None else ""}{_metric(v)}</td>')
         for key, c in (("em", "EM"), ("f1", "F1")):
             cls = "num best" if best[c] is not None and row[key] == best[c] else "num"
-            cells.append(f'<td class="{cls}" data-key="{key}">{_num(row[key])}</td>')
-        stages = ", ".join(f"{k} {v:.2f}" for k, v in row["seconds"].items()) or "–"
+            cells.append(f'<td class="{cls}" data-key="{key}">{_metric(row[key])}</td>')
+        stages = ", ".join(f"{k} {_num(v, 2)}" for k, v in row["seconds"].items()) or "–"
         tokens = ("–" if row["llm_tokens_in"] is None else
                   f'{row["llm_tokens_in"]:,} / {row["llm_tokens_out"] or 0:,}')
         cells += [f'<td class="num" data-key="questions_per_second">{_num(row["questions_per_second"])}</td>',
@@ -229,11 +284,9 @@ def render_page(data: ReportData, title: str = "hpengine evaluation report") -> 
                  '<span id="count" class="sub"></span></div><div id="questions"></div>'
                  '<button id="more" type="button">show more</button>')
     payload = {"runs": [{"name": name} for name in names], "questions": data.questions}
-    # "</" inside a script element would end it; JSON allows the escaped form
-    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    parts.append(f'<script type="application/json" id="report-data">{blob}</script><script>{_SCRIPT}</script>'
-                 "</body></html>")
+    parts.append(f'<script type="application/json" id="report-data">{json_script_text(payload)}</script>'
+                 f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(parts)
 
 
-__all__ = ["render_page"]
+__all__ = ["NOT_AVAILABLE", "json_script_text", "render_page"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import math
 import re
 
 #: Stage order of ``hop_diagnostics`` (see ``hpengine.pipeline._eval_job.hop_diagnostics``).
@@ -37,6 +38,14 @@ def _figure(width: float, height: float, ncols: int = 1):
     return fig, list(axes)
 
 
+def _plain(text) -> str:
+    """``text`` as matplotlib draws it literally: a run name or question type with ``$`` would
+    otherwise be read as mathtext (and one such as ``$\\frac{$`` fails to draw), and a legend
+    label starting with ``_`` would be left out of the legend."""
+    text = str(text).replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
+
+
 def _colors(n: int) -> list:
     matplotlib, _ = _require_matplotlib()
     cmap = matplotlib.colormaps["tab10"]
@@ -51,7 +60,7 @@ def recall_curve_svg(names: list, ks: tuple, curves: list) -> str:
         for name, curve, color in zip(names, curves, _colors(len(names))):
             points = [(k, v) for k, v in zip(ks, curve) if v is not None]
             if points:
-                ax.plot(*zip(*points), marker="o", label=name, color=color)
+                ax.plot(*zip(*points), marker="o", label=_plain(name), color=color)
         ax.set_xlabel("k (passages)")
         ax.set_ylabel("passage Recall@k")
         ax.set_xticks(list(ks))
@@ -71,12 +80,12 @@ def facet_svg(facet: str, table: dict, names: list) -> str:
         for ax, metric, label in zip(axes, ("recall@5", "em"), ("Recall@5", "EM")):
             for j, (name, color) in enumerate(zip(names, _colors(len(names)))):
                 xs = [i + (j - (len(names) - 1) / 2) * width for i in range(len(values))]
-                ys = [table[v][j][metric] or 0.0 for v in values]
-                ax.bar(xs, ys, width=width, label=name, color=color)
+                ys = [table[v][j][metric] or 0.0 for v in values]  # undefined (no question): no bar
+                ax.bar(xs, ys, width=width, label=_plain(name), color=color)
             ax.set_xticks(range(len(values)))
-            ax.set_xticklabels([f"{v}\n(n={table[v][0]['n']})" for v in values], fontsize=8)
+            ax.set_xticklabels([f"{_plain(v)}\n(n={table[v][0]['n']})" for v in values], fontsize=8)
             ax.set_ylim(0, 1.0)
-            ax.set_title(f"{label} by {facet}")
+            ax.set_title(f"{label} by {_plain(facet)}")
         axes[0].legend(loc="upper left", fontsize=8)
     return _svg(fig, f"facet-{re.sub(r'[^a-z0-9]+', '-', facet.lower())}")
 
@@ -92,12 +101,14 @@ def funnel_svg(names: list, funnels: list) -> str:
             width = 0.8 / len(hops)
             for t, (hop, color) in enumerate(zip(hops, _colors(len(hops)))):
                 xs = [i + (t - (len(hops) - 1) / 2) * width for i in range(len(stages))]
-                ax.bar(xs, [hop.get(s, 0.0) for s in stages], width=width, label=f"hop {t + 1}", color=color)
+                heights = [hop.get(s) for s in stages]  # null or non-finite (an in-memory run): no bar
+                heights = [h if isinstance(h, (int, float)) and math.isfinite(h) else 0.0 for h in heights]
+                ax.bar(xs, heights, width=width, label=f"hop {t + 1}", color=color)
             ax.set_xticks(range(len(stages)))
             ax.set_xticklabels(stages)
             ax.set_ylim(0, 1.0)
             ax.set_ylabel("share of gold passages reached")
-            ax.set_title(name)
+            ax.set_title(_plain(name))
             ax.legend(loc="upper right", fontsize=8)
     return _svg(fig, "funnel")
 

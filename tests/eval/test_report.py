@@ -116,8 +116,9 @@ def _cells(page):
 
 
 def _data(page):
+    """The browser's data as the page's ``JSON.parse`` reads it (``<`` and the like are ``\\u`` escapes)."""
     blob = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1)
-    return json.loads(blob.replace("<\\/", "</"))
+    return json.loads(blob)
 
 
 def _mean(values):
@@ -233,7 +234,7 @@ def test_different_question_sets_are_refused(runs, tmp_path, capsys):
         report_main([str(paths[0]), str(other), f"out={tmp_path / 'r.html'}"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "different question sets" in err
+    assert err.count("\n") == 1 and err.startswith("hpengine: error: ") and "different question sets" in err
     assert "dense.json" in err and "other.json" in err and "'q4'" in err
     assert not (tmp_path / "r.html").exists()
 
@@ -242,7 +243,8 @@ def test_different_question_sets_are_refused(runs, tmp_path, capsys):
     ("{not json", "invalid JSON at line 1"),
     (json.dumps({"em": 1.0}), "not an `hpengine eval` output: missing key(s) num_questions, records"),
     (json.dumps([1, 2]), "expected the JSON object written by `hpengine eval output=...` (got list)"),
-    (json.dumps({"num_questions": 1, "records": [{"x": 1}]}), "'records' must be a list of objects with an 'id'"),
+    (json.dumps({"num_questions": 1, "records": [{"x": 1}]}), "records[0] must be an object with an 'id' (got keys x)"),
+    (json.dumps({"num_questions": 1, "records": "q1"}), "records must be a list of objects with an 'id' (got str)"),
 ])
 def test_bad_run_files_give_one_line(tmp_path, capsys, content, expected):
     bad = tmp_path / "bad.json"
@@ -251,14 +253,15 @@ def test_bad_run_files_give_one_line(tmp_path, capsys, content, expected):
         report_main([str(bad)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bad.json" in err and expected in err, err
+    assert err.count("\n") == 1 and err.startswith("hpengine: error: ") and "bad.json" in err and expected in err, err
 
 
 @pytest.mark.parametrize("argv, expected", [
     ([], "usage: hpengine report"),
     (["missing.json"], "run file missing.json does not exist"),
     (["out=x.html"], "no run files given"),
-    (["a.json", "colour=red"], "unknown option colour= (choose from out=, names=, questions=, title=)"),
+    (["a.json", "colour=red"], "unknown option colour= (choose from out=, names=, questions=, title=, debug=)"),
+    (["a.json", "debug=maybe"], "debug= must be true or false (got 'maybe')"),
 ])
 def test_bad_command_lines(argv, expected, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -270,7 +273,7 @@ def test_bad_command_lines(argv, expected, capsys, tmp_path, monkeypatch):
         main(["report", *argv])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and expected in err, err
+    assert err.count("\n") == 1 and err.startswith("hpengine: error: ") and expected in err, err
 
 
 def test_command_line_writes_beside_the_first_run(runs, capsys):

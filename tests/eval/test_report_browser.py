@@ -24,8 +24,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 def _data(page_text: str) -> dict:
+    """The embedded data as the page's ``JSON.parse`` reads it: ``<``, ``>``, ``&`` are ``\\u`` escapes
+    in the block (nothing in it can end the element), which JSON decodes."""
     blob = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page_text, re.S).group(1)
-    return json.loads(blob.replace("<\\/", "</"))
+    return json.loads(blob)
 
 
 def _count(page) -> tuple:
@@ -155,6 +157,79 @@ def test_report_in_headless_chromium(tmp_path):
     assert found["gold_marked"] > 0
     assert os.path.getsize(tmp_path / "report.png") > 10_000
     assert len(GOLD) == 4
+
+
+def check_hostile_page(path: str) -> dict:
+    """Open a report whose text fields hold markup and script (``tests/eval/test_report_input.py``):
+    no script runs (no dialog, no error, no request), the browser lists every question, and each
+    text shows as text: in the list, in an opened question and in the summary table."""
+    from playwright.sync_api import sync_playwright
+
+    data = _data(open(path, encoding="utf-8").read())
+    questions, runs = data["questions"], data["runs"]
+    url = "file://" + os.path.abspath(path)
+    found = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 900})
+            errors, requests, dialogs = [], [], []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("request", lambda req: requests.append(req.url) if req.url != url else None)
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(url)
+            page.wait_for_selector("#questions details")
+            assert _count(page) == (len(questions), len(questions))
+            ids = page.eval_on_selector_all("#questions details", "els => els.map(e => e.dataset.id)")
+            assert ids == [q["id"] for q in questions]
+            assert page.eval_on_selector_all("script", "els => els.length") == 2
+            assert page.eval_on_selector_all("#questions img, #summary img, .note img", "els => els.length") == 0
+            summaries = page.eval_on_selector_all("#questions details > summary", "els => els.map(e => e.textContent)")
+            for q, text in zip(questions, summaries):
+                assert q["id"] in text and q["question"] in text, (q["id"], text)
+            names = page.eval_on_selector_all('#summary td[data-key="name"]', "els => els.map(e => e.firstChild.data)")
+            assert names == [r["name"] for r in runs]
+            options = page.eval_on_selector_all("#f-type option, #f-a option", "els => els.map(e => e.textContent)")
+            assert all(any(r["name"] in o for o in options) for r in runs)
+            for k, q in enumerate(questions):  # every text of an opened question, as text
+                card = page.locator("#questions details").nth(k)
+                card.locator("summary").click()
+                card.locator(".body").wait_for()
+                body = card.locator(".body").evaluate("e => e.textContent")
+                texts = [*q["gold"], *(x for p in q["passages"] for x in p)]
+                for r in q["runs"]:
+                    texts += [r["answer"], *r["notes"], *(t for t, _ in r["ranked"])]
+                    for hop in r["chain"]:
+                        texts += [hop["subquery"], hop["answer"], *hop["linked"],
+                                  *(f[key] for f in hop["facts"] for key in ("title", "text"))]
+                missing = [t for t in texts if t not in body]
+                assert not missing, missing[:2]
+                assert card.locator("ol.ranked li.gold").count() == sum(g for r in q["runs"] for _, g in r["ranked"])
+            found["questions"] = len(questions)
+            page.fill("#f-search", questions[-1]["id"].split()[0])
+            found["search"] = _count(page)[0]
+            assert not dialogs, dialogs
+            assert not errors, errors
+            assert not requests, requests
+        finally:
+            browser.close()
+    return found
+
+
+@pytest.mark.slow
+def test_hostile_text_in_headless_chromium(tmp_path):
+    pytest.importorskip("playwright")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set HPENGINE_CHROMIUM)")
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_report_input import hostile, hostile_files
+
+    from hpengine.eval import write_report
+
+    out = write_report(hostile_files(tmp_path, n=4), tmp_path / "report.html", title=hostile("title "))
+    found = check_hostile_page(out)
+    assert found == {"questions": 4, "search": 1}
 
 
 if __name__ == "__main__":
