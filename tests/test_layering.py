@@ -57,3 +57,66 @@ def test_no_private_imports_across_subpackages():
                 if private and parts[1] != own and parts[1] != "testing":
                     bad.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not bad, "\n".join(bad)
+
+
+def _module_file(module: str) -> Path | None:
+    parts = module.split(".")
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _import_edges(path: Path):
+    """Files ``path`` imports, inside functions too; ``from PKG import NAME`` through a package's
+    ``__init__.py`` counts as an import of the file that defines NAME (a face hands names on)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = path.parent if path.name != "__init__.py" else path.parent
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.parent
+                prefix = ".".join(anchor.relative_to(ROOT).parts)
+                module = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                module = node.module or ""
+            targets = [(module, a.name) for a in node.names]
+        else:
+            continue
+        for module, name in targets:
+            if not module.startswith("hpengine"):
+                continue
+            yield from _resolve(module, name, set())
+
+
+def _resolve(module: str, name, seen: set):
+    if name is not None and _module_file(f"{module}.{name}") is not None:
+        yield _module_file(f"{module}.{name}")
+        return
+    target = _module_file(module)
+    if target is None or target in seen:
+        return
+    if target.name == "__init__.py" and name is not None:
+        seen.add(target)
+        for node in ast.parse(target.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and any(a.name == name for a in node.names):
+                yield from _resolve(node.module, name, seen)
+                return
+    yield target
+
+
+def test_no_import_cycles():
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    for path in _files(PACKAGE):
+        for target in _import_edges(path):
+            if target != path:
+                graph.add_edge(path.relative_to(ROOT).as_posix(), target.relative_to(ROOT).as_posix())
+    cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(" <-> ".join(c) for c in cycles)

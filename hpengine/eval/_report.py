@@ -15,63 +15,14 @@ import math
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Cut-offs of the Recall@k curves; the summary table shows the ones in ``TABLE_KS``.
-CURVE_KS = tuple(range(1, 11))
-TABLE_KS = (1, 2, 5, 10)
+from hpengine.eval._report_data import CURVE_KS, TABLE_KS, ReportData, Run
+
 #: Run-file keys a report needs; anything else is optional.
 _REQUIRED_KEYS = ("num_questions", "records")
 _MUSIQUE_HOPS = re.compile(r"^(\d+)hop")
-
-
-@dataclass
-class Run:
-    """One ``hpengine eval`` output, as read by :func:`load_run`.
-
-    Attributes:
-        name: label on the page (retriever, ``+ LLM``, and the file stem when labels repeat).
-        result: the JSON object as written by ``evaluate()`` / ``run_eval()``.
-        path: the file it came from ("" for an in-memory result).
-    """
-
-    name: str
-    result: dict
-    path: str = ""
-
-    @property
-    def records(self) -> list:
-        return self.result["records"]
-
-
-@dataclass
-class ReportData:
-    """What the page shows, computed from the runs and (optionally) their question file.
-
-    Attributes:
-        runs: the runs, in the order given.
-        rows: summary-table rows, one dict per run (see :func:`summary_rows`).
-        differing: config keys whose values differ between the runs, ``{key: [value per run]}``.
-        curves: Recall@k for ``CURVE_KS``, one list per run (``None`` entries: not computable).
-        curve_source: how the curves were computed: ``"ranks"`` (exact, from ``gold_ranks``),
-            ``"titles"`` (approximate: gold passages matched by title) or ``"none"``.
-        facets: question-type breakdowns, ``{facet: {value: [per-run {"n", "recall@5", "em"}]}}``.
-        funnels: per run, its ``hop_diagnostics`` (``None`` when the run has none).
-        questions: per question, the record for the browser (see :func:`browser_records`).
-        notes: remarks shown at the top of the page (approximations, missing files).
-    """
-
-    runs: list
-    rows: list
-    differing: dict
-    curves: list
-    curve_source: str
-    facets: dict
-    funnels: list
-    questions: list
-    notes: list = field(default_factory=list)
 
 
 def default_report_path(run_path: str | os.PathLike) -> str:

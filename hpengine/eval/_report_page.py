@@ -6,7 +6,7 @@ import json
 import math
 import re
 
-from hpengine.eval._report import CURVE_KS, TABLE_KS, ReportData
+from hpengine.eval._report_data import CURVE_KS, TABLE_KS, ReportData
 from hpengine.eval._report_plots import FUNNEL_STAGES, facet_svg, funnel_svg, recall_curve_svg
 
 _CSS = """

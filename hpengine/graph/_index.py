@@ -14,7 +14,6 @@ The expanded incidence ``A_i+ = A_i ∪ Syn(A_i)`` is derived from ``fact_entity
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from torch import Tensor
 from hpengine.errors import UserError
 from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
-from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, FORMAT_VERSION, MANIFEST, Generation, IndexFormatError,
+from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
 from hpengine.graph._synonyms import expand_with_synonyms
 

@@ -260,60 +260,6 @@ def summary_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def check_output_file(path: str, key: str = "output") -> None:
-    """``path`` can receive a result file: not a folder, in a writable folder (created on write)."""
-    from hpengine.errors import OutputExistsError
-    from hpengine.pipeline._index_job import check_writable
-
-    if os.path.isdir(path):
-        raise OutputExistsError(f"{key}={path!r} is a folder; name a file such as {os.path.join(path, 'eval.json')!r}")
-    check_writable(path, key)
-
-
-def _same_file(a: str, b: str) -> bool:
-    """``a`` and ``b`` name one file (through links, relative paths, ``..``), existing or not."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _inside(path: str, folder: str) -> bool:
-    real, root = os.path.realpath(path), os.path.realpath(folder)
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def check_outputs_apart(outputs: dict, inputs: dict, index_dir: str = "") -> None:
-    """No output of a job lands on one of its inputs, on another output, or inside the index.
-
-    Args:
-        outputs: ``{key: path}`` the job writes (empty paths are skipped).
-        inputs: ``{key: path}`` the job reads.
-        index_dir: the index folder read (every file in it is an input).
-
-    Raises:
-        UserError: naming both keys, before any work.
-    """
-    from hpengine.errors import UserError
-
-    outputs = {k: v for k, v in outputs.items() if v}
-    for key, path in outputs.items():
-        for other, src in inputs.items():
-            if src and _same_file(path, src):
-                raise UserError(f"{key}={path!r} is the {other} file {src!r}; writing it would destroy that input "
-                                f"(name another file)")
-        if index_dir and _inside(path, index_dir):
-            raise UserError(f"{key}={path!r} is inside the index folder {index_dir!r}; writing there would damage "
-                            f"the index (name a file outside it)")
-    names = list(outputs)
-    for i, key in enumerate(names):
-        for other in names[i + 1:]:
-            if _same_file(outputs[key], outputs[other]):
-                raise UserError(f"{key}= and {other}= name the same file {outputs[key]!r}; they must differ")
-
-
 def _finite_or_null(obj, found: list):
     """``obj`` with non-finite floats as None (counted in ``found``): the output is strict JSON."""
     if isinstance(obj, float):
@@ -367,7 +313,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     """
     from hpengine.errors import UserError
     from hpengine.eval import load_questions
-    from hpengine.pipeline._index_job import check_index_dir
+    from hpengine.pipeline._paths import check_index_dir, check_output_file, check_outputs_apart
 
     if not cfg.questions:
         raise UserError("eval needs questions=PATH (a JSON list or JSONL question file); the built-in demo "
@@ -418,7 +364,8 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = Fa
     from hpengine.eval import load_questions
     from hpengine.graph import builtin_corpus_path, builtin_questions_path
     from hpengine.pipeline._factory import make_encoder
-    from hpengine.pipeline._index_job import check_output_dir, run_index
+    from hpengine.pipeline._index_job import run_index
+    from hpengine.pipeline._paths import check_output_dir
 
     if cfg.out:
         check_output_dir(cfg.out, overwrite=overwrite)

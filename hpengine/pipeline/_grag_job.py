@@ -10,8 +10,7 @@ import torch
 
 from hpengine.config import GragBuildConfig
 from hpengine.errors import UserError
-from hpengine.graph import GragParts, Index, build_grag_parts
-from hpengine.graph._store import DEFAULT_LOCK_TIMEOUT
+from hpengine.graph import DEFAULT_LOCK_TIMEOUT, GragParts, Index, build_grag_parts
 from hpengine.models import entity_key
 
 
@@ -135,7 +134,7 @@ def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progre
         the build report.
     """
     from hpengine.graph import IndexStore
-    from hpengine.pipeline._index_job import check_index_dir, check_writable
+    from hpengine.pipeline._paths import check_index_dir, check_writable
 
     check_index_dir(index_dir)
     check_writable(index_dir, "index")

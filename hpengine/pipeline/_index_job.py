@@ -3,77 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 from hpengine.config import IndexConfig
-from hpengine.errors import InputNotFoundError, OutputExistsError, UserError
+from hpengine.errors import OutputExistsError, UserError
 from hpengine.graph import Index, IndexStore, add_passages, build_index, load_corpus
 from hpengine.pipeline._factory import make_encoder, make_extractor
-
-
-def check_index_dir(path: str, key: str = "index") -> None:
-    """``path`` holds a complete saved index (its manifest says so in full); a
-    :class:`~hpengine.errors.UserError` naming ``key=`` otherwise. Cheap: run it before any
-    model loads. Reads only."""
-    if not str(path).strip():
-        raise UserError(f"{key}= must name an index folder (got {path!r})")
-    p = Path(path)
-    if not p.exists():
-        raise InputNotFoundError(f"{key}={path!r}: no such index folder")
-    if not p.is_dir():
-        raise UserError(f"{key}={path!r} is a file, not an index folder")
-    try:
-        IndexStore(path).check()
-    except UserError as exc:
-        raise UserError(f"{key}={path!r}: {exc}") from None
-
-
-def check_writable(path: str | os.PathLike, key: str) -> None:
-    """The nearest existing ancestor of ``path`` is a writable folder."""
-    parent = Path(os.path.abspath(path)).parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"{key}={str(path)!r}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{key}={str(path)!r}: folder {parent} is not writable")
-
-
-def check_output_dir(out: str, *, overwrite: bool, key: str = "out") -> None:
-    """``out`` may receive a new index: a new or empty folder (or one holding only what a killed
-    first build of hpengine left), or an existing index when ``overwrite`` (the old generation
-    stays current until the new one is committed, and nothing else in the folder is touched).
-
-    Raises:
-        UserError: ``out`` empty, the current folder or a parent of it, a file, a folder with other
-            content (an ``index.json`` alone does not make an index), an index without
-            ``overwrite``, or not writable (``OutputExistsError`` for the taken cases).
-    """
-    if not str(out).strip():
-        raise UserError(f"{key}= must name the index folder to write (got {out!r})")
-    p = Path(out)
-    here = Path.cwd().resolve()
-    if p.resolve() == here or p.resolve() in here.parents:
-        raise OutputExistsError(f"{key}={out!r} is the current folder or holds it; name a new folder for the "
-                                f"index, such as {key}=indexes/mine")
-    if p.exists() and not p.is_dir():
-        raise OutputExistsError(f"{key}={out!r} is a file, not an index folder; refusing to replace it")
-    store = IndexStore(out)
-    is_index = store.is_index()
-    if p.is_dir() and not is_index and any(p.iterdir()) and not store.holds_only_leftovers():
-        why = ""
-        if (p / "index.json").exists():
-            try:
-                store.check()
-            except UserError as exc:
-                why = f" ({exc})"
-        raise OutputExistsError(f"{key}={out!r} is a folder that is not an hpengine index{why}; refusing to "
-                                f"replace it or anything in it")
-    if is_index and not overwrite:
-        raise OutputExistsError(f"{key}={out!r} already holds an index; pass overwrite=true to replace it "
-                                f"(it is kept until the new one is complete), or use `hpengine add` to grow it")
-    check_writable(p, key)
+from hpengine.pipeline._paths import check_index_dir, check_output_dir, check_writable
 
 
 def _load_nonempty_corpus(cfg: IndexConfig, command: str):

@@ -43,7 +43,7 @@ def main(argv: list | None = None) -> int:
             cfg = GragBuildConfig(**kwargs)
         except (TypeError, ValueError) as exc:
             raise UserError(str(exc)) from exc
-        from hpengine.graph._store import DEFAULT_LOCK_TIMEOUT
+        from hpengine.graph import DEFAULT_LOCK_TIMEOUT
         from hpengine.pipeline._grag_job import format_grag_report, run_grag_build
 
         report = run_grag_build(argv[0], cfg, lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None

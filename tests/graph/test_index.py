@@ -7,7 +7,7 @@ import torch
 from hpengine.config import GraphConfig
 from hpengine.graph._builder import add_passages, build_index
 from hpengine.graph._corpus import Passage
-from hpengine.graph._index import FORMAT_VERSION, Index, IndexFormatError
+from hpengine.graph import FORMAT_VERSION, Index, IndexFormatError
 from hpengine.testing._fakes import HashingEncoder, ListExtractor
 
 TABLE = {
