@@ -168,16 +168,43 @@ if not torch.cuda.is_available():
                                   ["device='cuda'", "available: cpu"])
 
 
+def cli_in_process(*args):
+    """``hpengine ARGS`` in this process, as a finished run: exit status and stderr (an exception
+    that escapes is a traceback: status 1, its text in stderr)."""
+    import contextlib
+    import io
+    import traceback
+
+    from hpengine.pipeline.cli import main
+
+    err, out = io.StringIO(), io.StringIO()
+    debug = os.environ.pop("HPENGINE_DEBUG", None)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            main([str(a) for a in args])
+        status = 0
+    except SystemExit as exc:
+        status = exc.code
+    except Exception:  # noqa: BLE001 - escaping the front door is the failure under test
+        status = 1
+        err.write(traceback.format_exc())
+    finally:
+        if debug is not None:
+            os.environ["HPENGINE_DEBUG"] = debug
+    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())
+
+
+#: the cases also run as real processes: exit status and stderr of the process itself
+SUBPROCESS_CASES = ("add without corpus", "misspelled key", "eval missing index")
+
+
 @pytest.fixture(scope="module")
 def table_runs(built, tmp_path_factory):
-    """Every case of CASES in its own copy of the index, three subprocesses at a time (each
-    spends most of its second importing torch): ``{name: (folder, before, run, after)}``."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Every case of CASES in its own copy of the index, in this process (the one-line error is
+    the front door's; SUBPROCESS_CASES also run as processes): ``{name: (folder, before, run, after)}``."""
     root = tmp_path_factory.mktemp("cases")
-
-    def one(item):
-        i, name = item
+    runs = {}
+    for i, name in enumerate(sorted(CASES)):
         w = root / str(i)
         w.mkdir()
         for p in built.iterdir():
@@ -186,11 +213,22 @@ def table_runs(built, tmp_path_factory):
         (w / "a_folder").mkdir()
         shutil.copytree(built / "pristine", w / "idx")
         before = checksum(w / "idx")
-        run = cli(*[a.format(w=w) for a in CASES[name][0]], cwd=w)
-        return name, (w, before, run, checksum(w / "idx"))
+        run = cli_in_process(*[a.format(w=w) for a in CASES[name][0]])
+        runs[name] = (w, before, run, checksum(w / "idx"))
+    return runs
 
-    with ThreadPoolExecutor(3) as pool:
-        return dict(pool.map(one, enumerate(sorted(CASES))))
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_bad_input_in_a_real_process_exits_2_without_traceback(built, tmp_path, name):
+    for p in built.iterdir():
+        if p.is_file():
+            shutil.copy(p, tmp_path / p.name)
+    shutil.copytree(built / "pristine", tmp_path / "idx")
+    before = checksum(tmp_path / "idx")
+    run = cli(*[a.format(w=tmp_path) for a in CASES[name][0]], cwd=tmp_path)
+    assert run.returncode == 2
+    assert_user_error(run, *CASES[name][1])
+    assert checksum(tmp_path / "idx") == before
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
