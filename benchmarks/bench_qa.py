@@ -6,8 +6,9 @@
         --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b --max-questions 100 --batch-size 16   # LLM decomposer + reader
 
 One index and encoder load per dataset; every retriever in a table uses the same embedder, reader,
-corpus and evidence budget (SPEC §4). Writes a markdown table and, with --out, a JSON file with
-all metrics, per-hop diagnostics and per-question records. Any RetrievalConfig / method config field
+corpus and evidence budget (docs/methods/index.md#evaluation-protocol). Writes a markdown table and,
+with --out, a JSON file with all metrics, per-hop diagnostics and per-question records. Any
+RetrievalConfig / method config field
 (HyperProveConfig, DenseConfig, PPRConfig; a method ignores the others' fields) can be overridden with --set retrieval.alpha=0.5 engine.num_hops=3.
 """
 from __future__ import annotations

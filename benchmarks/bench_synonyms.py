@@ -1,4 +1,4 @@
-"""Synonym search (SPEC §1.3): tiled torch matmul + topk vs FAISS IndexFlatIP.
+"""Synonym search (docs/methods/index.md#synonyms): tiled torch matmul + topk vs FAISS IndexFlatIP.
 
 Data: V random unit vectors (dim D) with 1% planted near-duplicates (cos ~ 0.99), so the output
 is realistic: few pairs above eta. Each (implementation, V) case runs in its own subprocess so

@@ -1,8 +1,8 @@
 """Shape aliases and feature flags.
 
-Shape vocabulary (SPEC.md): ``Q`` questions, ``H`` hyperedges (atomic facts), ``V`` entities,
-``P`` passages, ``C = V + P`` columns of the augmented incidence, ``D`` embedding dim,
-``K`` facts kept per hop, ``L`` BFS depth, ``M`` local subgraph cap, ``S`` seeds.
+Shape vocabulary (docs/methods/index.md#notation-and-shapes): ``Q`` questions, ``H`` hyperedges
+(atomic facts), ``V`` entities, ``P`` passages, ``C = V + P`` columns of the augmented incidence,
+``D`` embedding dim, ``K`` facts kept per hop, ``L`` BFS depth, ``M`` local subgraph cap, ``S`` seeds.
 
 Feature flags are computed once at import time from what is installed; they never change
 at run time and are the only place the library asks "is backend X available".

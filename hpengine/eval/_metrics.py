@@ -1,4 +1,4 @@
-"""Evaluation metrics (SPEC §4): SQuAD EM/F1 over answer aliases, passage Recall@k."""
+"""Evaluation metrics (docs/methods/index.md#evaluation-protocol): SQuAD EM/F1 over answer aliases, passage Recall@k."""
 from __future__ import annotations
 
 import re
@@ -104,7 +104,8 @@ def _passage_key(passage: Any) -> tuple[str, str]:
 
 
 def recall_at_k(retrieved: list[tuple[str, str]], gold: list[tuple[str, str]], k: int) -> float:
-    """Passage Recall@k of one question: ``|top-k ∩ gold| / |gold|`` (SPEC §4).
+    """Passage Recall@k of one question: ``|top-k ∩ gold| / |gold|``
+    (docs/methods/index.md#evaluation-protocol).
 
     Passages are compared as ``(title, text)`` pairs, never by title alone (MuSiQue repeats
     titles). Gold passages are deduplicated; a passage retrieved twice counts once. When fewer

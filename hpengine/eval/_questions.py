@@ -44,9 +44,10 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
 
     Record schema (``../shared/data/README.md``): ``question`` (str, required), ``answer``
     (non-empty list of str, required), ``id`` (str or int, optional: defaults to the record
-    index), ``gold_passages`` (list of ``{"title", "text"}``, optional, default empty),
-    ``gold_titles`` (list of str, optional: defaults to the distinct titles of
-    ``gold_passages``), ``question_decomposition`` (list of dicts with a ``question``, optional).
+    index; unique in the file, as is each record), ``gold_passages`` (list of
+    ``{"title", "text"}``, optional, default empty), ``gold_titles`` (list of str, optional:
+    defaults to the distinct titles of ``gold_passages``), ``question_decomposition`` (list of
+    dicts with a ``question``, optional).
 
     Args:
         path: the file. JSON when its first non-blank character is ``[``, JSONL otherwise.
@@ -56,7 +57,8 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
 
     Raises:
         hpengine.errors.UserError: naming the file, the record index (and id) and the field, or
-            the line of invalid JSON or of bytes that are not UTF-8 (a ``ValueError``).
+            the line of invalid JSON or of bytes that are not UTF-8, or both records of a
+            repeated id or of a record given twice (a ``ValueError``).
         hpengine.errors.InputNotFoundError: no such file (also a ``FileNotFoundError``).
 
     Example:
@@ -89,7 +91,27 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
             rid = record.get("id") if isinstance(record, dict) else None
             where = f"record {index}" + (f" (id {rid!r:.60})" if rid is not None else "")
             raise UserError(f"{path}: {where}: {err}") from None
+    _check_unique(records, questions, path)
     return questions
+
+
+def _check_unique(records: list, questions: list, path: str) -> None:
+    """Refuse a repeated id or a repeated record: either would be answered and scored twice.
+
+    Ids compare as the text they are read into (``7``, ``"7"`` and the index of a record without
+    an id are one id); records without ids compare by their content (key order aside).
+    """
+    first_id, first_record = {}, {}
+    for index, (record, q) in enumerate(zip(records, questions)):
+        earlier = first_id.setdefault(q.id, index)
+        if earlier != index:
+            raise UserError(f"{path}: records {earlier} and {index} have the same id {q.id!r:.60}; give each "
+                            f"question its own id (a repeated question is counted twice)")
+        # a record is a parsed JSON object; its sorted dump is its content (ASCII: lone surrogates escape)
+        earlier = first_record.setdefault(json.dumps(record, sort_keys=True), index)
+        if earlier != index:
+            raise UserError(f"{path}: records {earlier} and {index} are the same record (ids "
+                            f"{questions[earlier].id!r:.60} and {q.id!r:.60}); remove the repeat (it is counted twice)")
 
 
 def _parse_json(text: str, path: str) -> list:

@@ -1,4 +1,4 @@
-"""Offline index construction and incremental add (SPEC §1)."""
+"""Offline index construction and incremental add (docs/methods/index.md#the-index-an-atomic-fact-hypergraph)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""GRAG-MH's index parts (SPEC §3, seed 002): the triple knowledge graph, its Louvain communities
+"""GRAG-MH's index parts (docs/methods/grag.md#index-parts): the triple knowledge graph, its Louvain communities
 and one summary node per community, stored beside an index as optional files.
 
 On-disk (inside the index folder, written by the same atomic :meth:`~hpengine.graph.Index.save`)::

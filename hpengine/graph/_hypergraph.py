@@ -23,7 +23,7 @@ def _check_index(name: str, t: Tensor, ndim: int) -> None:
 
 
 class HyperGraph:
-    """Incidence structure of the index (SPEC §1.4), on one device.
+    """Incidence structure of the index (docs/methods/index.md#incidence-and-degrees), on one device.
 
     Holds ``B_he`` as coalesced COO pairs (``fact_entity``, after synonym expansion), the
     fact -> passage map ``sigma`` (``fact_passage``), the sizes, and lazily built CSR caches
@@ -146,7 +146,8 @@ class HyperGraph:
         return self._cache[kind]
 
     def transition(self, dtype: torch.dtype = torch.float32) -> TransitionOperator:
-        """The factored structural transition operator ``T_s`` (SPEC §1.5), cached per dtype.
+        """The factored structural transition operator ``T_s``, cached per dtype
+        (docs/methods/index.md#structural-transition-matrix-t_s).
 
         Rows of ``T_s`` sum to 1, or to 0 for a fact that shares no entity and no passage with
         any other fact.

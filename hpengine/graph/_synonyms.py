@@ -1,4 +1,4 @@
-"""Synonym-aware entities (SPEC §1.3): names whose embeddings have cosine >= eta are synonyms.
+"""Synonym-aware entities (docs/methods/index.md#synonyms): names whose embeddings have cosine >= eta are synonyms.
 
 The nearest-neighbour search is tiled (``[block, block]`` similarity tiles merged with
 ``torch.topk``) or delegated to FAISS, so memory stays O(block² + Nq·k), never O(V²).
@@ -55,7 +55,7 @@ def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_
         queries: ``[Nq, D]`` L2-normalised embeddings (not checked: the inner product is taken
             as the cosine).
         keys: ``[Nk, D]`` L2-normalised embeddings, same device as ``queries``.
-        threshold: eta; pairs with cosine ``>=`` it are kept. Default 0.8 (SPEC §1.3).
+        threshold: eta; pairs with cosine ``>=`` it are kept. Default 0.8 (MiniLM's eta).
         max_per_entity: keep at most this many keys per query (the most similar ones; which of
             several tied keys at the cap is kept is unspecified). 0 means no cap. Default 16.
         block_size: rows of queries, and of keys, per similarity tile (torch backend: memory is
@@ -235,7 +235,8 @@ def _check_pairs(arg: str, pairs: Tensor) -> None:
 
 
 def expand_with_synonyms(fact_entity: Tensor, synonym_pairs: Tensor, num_facts: int, num_entities: int) -> Tensor:
-    """``A_i⁺ = A_i ∪ Syn(A_i)``: add every synonym of a fact's entities to the fact (SPEC §1.3).
+    """``A_i⁺ = A_i ∪ Syn(A_i)``: add every synonym of a fact's entities to the fact
+    (docs/methods/index.md#synonyms).
 
     ``Syn(a) = {b : (a, b) in synonym_pairs}``; one step, not a transitive closure. Pairs are
     used as given: symmetrize them first (:func:`symmetrize_pairs`) for a symmetric relation.

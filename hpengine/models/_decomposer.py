@@ -1,4 +1,5 @@
-"""Question decomposition into dependent sub-queries with ``#k`` references (SPEC §2.1)."""
+"""Question decomposition into dependent sub-queries with ``#k`` references
+(docs/methods/hyperprove.md#decomposition-and-rewriting)."""
 from __future__ import annotations
 
 import re

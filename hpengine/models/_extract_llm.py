@@ -1,4 +1,5 @@
-"""LLM atomic-fact extractor (SPEC §1, the paper's method): batched generation of JSON facts.
+"""LLM atomic-fact extractor (HyperProve's method; docs/extraction.md#llm-extractor-llmextractor-kind-llm):
+batched generation of JSON facts.
 
 Per passage the model returns ``{"entities": [...], "facts": [{"fact": ..., "entities": [...]}]}``.
 The raw output is parsed by :func:`parse_extraction` (first JSON object, repaired when broken,

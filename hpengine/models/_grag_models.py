@@ -1,4 +1,4 @@
-"""Models GRAG-MH adds (SPEC §3, seed 002): abstractive community summaries, a cross-encoder
+"""Models GRAG-MH adds (docs/methods/grag.md): abstractive community summaries, a cross-encoder
 reranker and the tree planner that grows reasoning paths. Each is batched; the summarizer is
 cached on disk (JSONL, resumable) like the extractors."""
 from __future__ import annotations

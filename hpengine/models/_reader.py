@@ -1,4 +1,5 @@
-"""Reader: answers a (sub-)question from facts with an instruction LLM, batched (SPEC §2.2-2.3)."""
+"""Reader: answers a (sub-)question from facts with an instruction LLM, batched
+(docs/methods/hyperprove.md#hop-answers, #final-answer)."""
 from __future__ import annotations
 
 import re

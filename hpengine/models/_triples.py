@@ -1,4 +1,5 @@
-"""Knowledge-graph triples (head entity, relation, tail entity) for GRAG-MH (SPEC §3, seed 002).
+"""Knowledge-graph triples (head entity, relation, tail entity) for GRAG-MH
+(docs/methods/grag.md#triples).
 
 Two back-ends with one output, per input item a list of ``(head, relation, tail)``:
 

@@ -13,7 +13,7 @@ from hpengine.retrieval import DenseIndex, HopResult, hyperprove_hop
 
 
 class HyperProveHop(GraphModule):
-    """One batched HyperProve hop (SPEC §2, :func:`hpengine.retrieval.hyperprove_hop`) as a module.
+    """One batched HyperProve hop (docs/methods/hyperprove.md, :func:`hpengine.retrieval.hyperprove_hop`) as a module.
 
     The selection (dense seeds, random walk, local subgraph, BFS, distances to the frontier,
     top-K) is the library op run under ``torch.no_grad`` on the current values: it is discrete

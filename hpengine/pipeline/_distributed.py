@@ -311,7 +311,8 @@ def _open_checkpoint(engine, questions: list, path: str, rank: int, group=None):
     opened = {}
 
     def own():
-        opened["ckpt"] = EvalCheckpoint(path, run, questions, rank=rank, read_others=False)
+        opened["ckpt"] = EvalCheckpoint(path, run, questions, rank=rank, read_others=False,
+                                        num_passages=engine.index.num_passages)
         return str(opened["ckpt"].path.absolute())
 
     # a barrier too: every rank has created its file before rank 0 reads them, and no rank writes

@@ -7,7 +7,7 @@ hands a batch of questions to the configured retrieval method (a registered
 """
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from hpengine._profiling import StageTimer
 from hpengine.config import EngineConfig, RetrievalConfig
@@ -38,6 +38,16 @@ def _resolve(retriever, config: EngineConfig | None) -> tuple[type, EngineConfig
     return cls, config
 
 
+def fit_to_index(retrieval: RetrievalConfig, index) -> RetrievalConfig:
+    """``retrieval`` with its fact counts (``num_seeds``, ``subgraph_size``, ``top_k``) lowered to
+    the index's facts ``H``: a hop asked for more seeds, subgraph facts or kept facts than the
+    index has returns all of them and pads the rest with ``-1``, so the lowered config gives the
+    same predictions with narrower blocks. The caller's config is not changed (a copy is)."""
+    num_facts = index.num_facts
+    over = {name: num_facts for name in ("num_seeds", "subgraph_size", "top_k") if getattr(retrieval, name) > num_facts}
+    return replace(retrieval, **over) if over and num_facts > 0 else retrieval
+
+
 class Engine:
     """Batched multi-hop QA over an :class:`~hpengine.graph.Index` with one retrieval method.
 
@@ -45,7 +55,8 @@ class Engine:
         index: the index (its tensors' device is where retrieval runs).
         encoder: query encoder; must be the one the index was built with. Default None: the
             index's, rebuilt from its recorded config (``index.meta["encoder_config"]``).
-        retrieval: HyperProve hop parameters (``RetrievalConfig()`` by default).
+        retrieval: HyperProve hop parameters (``RetrievalConfig()`` by default); fact counts above
+            the index's facts are lowered to them (:func:`fit_to_index`, same predictions).
         config: the method's config (a :class:`~hpengine.config.EngineConfig` subclass such as
             ``HyperProveConfig``, ``DenseConfig``, ``PPRConfig``); its class picks the method. A
             plain ``EngineConfig`` sets the shared fields of the method ``retriever`` names
@@ -53,6 +64,10 @@ class Engine:
         retriever: the method by name (``"hyperprove"``, ``"dense"``, ``"ppr"``, or a registered
             one) or class; with ``config`` None, that method's default config.
         decomposer, reader: LLM components; both None selects the no-LLM mode.
+
+    Raises:
+        UserError: a setting the index cannot serve (checked here, before any question: e.g.
+            HyperProve hops whose carried facts cannot fit ``retrieval.subgraph_size``).
 
     Example:
         >>> engine = Engine(index, encoder, retriever="ppr")  # doctest: +SKIP
@@ -70,7 +85,8 @@ class Engine:
                              f"{encoder.name!r}; use the same encoder")
         cls, config = _resolve(retriever, config)
         self.timer = StageTimer(index.device)
-        self.steps = QASteps(index, encoder, config, retrieval or RetrievalConfig(), decomposer, reader, self.timer)
+        retrieval = fit_to_index(retrieval or RetrievalConfig(), index)
+        self.steps = QASteps(index, encoder, config, retrieval, decomposer, reader, self.timer)
         self.retriever = cls(self.steps)
         self.stats = {"questions": 0}
 

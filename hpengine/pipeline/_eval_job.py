@@ -1,4 +1,5 @@
-"""The ``eval`` and ``ask`` jobs: a question file in, metrics and per-question records out (SPEC §4)."""
+"""The ``eval`` and ``ask`` jobs: a question file in, metrics and per-question records out
+(docs/methods/index.md#evaluation-protocol)."""
 from __future__ import annotations
 
 import json
@@ -118,7 +119,8 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
     if eval_cfg.checkpoint:
         from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
 
-        ckpt = EvalCheckpoint(eval_cfg.checkpoint, run_fingerprint(engine), questions)
+        ckpt = EvalCheckpoint(eval_cfg.checkpoint, run_fingerprint(engine), questions,
+                              num_passages=engine.index.num_passages)
     done = ckpt.done if ckpt is not None else {}
     todo = [i for i in range(len(questions)) if i not in done]
     start = time.perf_counter()
@@ -324,6 +326,10 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
         check_output_file(cfg.output)
     check_outputs_apart({"output": cfg.output, "eval.checkpoint": cfg.eval.checkpoint},
                         {"questions": cfg.questions}, cfg.index)
+    if cfg.eval.checkpoint:
+        from hpengine.pipeline._checkpoint import check_checkpoint_path
+
+        check_checkpoint_path(cfg.eval.checkpoint)
     width = getattr(cfg.engine, "passage_width", None)
     if width is not None and max(cfg.eval.recall_ks) > width:
         raise UserError(f"eval.recall_ks must be <= engine.passage_width={width}, the passages ranked per question "

@@ -133,7 +133,8 @@ def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, coun
 def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,
                     excluded: Tensor, num_entities: int, entity_weight: Tensor | None = None,
                     reduce: str = "sum", support_floor: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """Best-supported entity of each question's selected facts (no-LLM bridge, SPEC §2 no-LLM mode).
+    """Best-supported entity of each question's selected facts (the no-LLM bridge,
+    docs/methods/index.md#no-llm-answer-bridge-entities).
 
     An entity's support is the sum of the (positive part of the) scores of the selected facts
     it occurs in; entities in ``excluded`` (e.g. named by the question) are skipped.
@@ -223,7 +224,8 @@ def linked_bridges(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, inc
                    query_emb: Tensor, passage_emb: Tensor | None, entity_weight: Tensor | None = None,
                    reduce: str = "sum", support_floor: float = 1e-6) -> tuple[Tensor, Tensor, Tensor]:
     """The ``num_bridges`` best bridge entities of each question's selected facts, looking one
-    step ahead through the passages the entities are the subject of (no-LLM bridge, SPEC §2).
+    step ahead through the passages the entities are the subject of (the no-LLM bridge,
+    docs/methods/index.md#no-llm-answer-bridge-entities).
 
     Candidates are the entities named by the selected facts, less ``excluded`` pairs and
     entities weighted 0. A candidate that is the title of a passage (its *home*: in a corpus of

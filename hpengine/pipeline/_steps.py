@@ -133,7 +133,8 @@ class QASteps:
 
     def bridges(self, questions: list, question_emb: Tensor, fact_ids: Tensor, scores: Tensor, used: list,
                 num_bridges: int = 1) -> tuple[list, Tensor]:
-        """Bridge entities of scored evidence facts (the no-LLM answer; SPEC §2 no-LLM mode).
+        """Bridge entities of scored evidence facts (the no-LLM answer;
+        docs/methods/index.md#no-llm-answer-bridge-entities).
 
         Args:
             questions: Q question texts (entities they name are not bridges).

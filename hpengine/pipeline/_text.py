@@ -14,7 +14,8 @@ _YES_NO = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will
 
 
 def rewrite(subquery: str, answers: list[str]) -> str:
-    """Substitute resolved answers into ``#k`` references (SPEC §2.2 rewrite step).
+    """Substitute resolved answers into ``#k`` references (the rewrite step,
+    docs/methods/hyperprove.md#decomposition-and-rewriting).
 
     Example:
         >>> rewrite("Who is the mother of #1?", ["Ryszard Bugajski"])

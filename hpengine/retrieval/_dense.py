@@ -1,4 +1,5 @@
-"""Dense top-k over fact (or passage) embeddings: exact chunked matmul, or FAISS (SPEC §2 seeds)."""
+"""Dense top-k over fact (or passage) embeddings: exact chunked matmul, or FAISS
+(HyperProve's seeds: docs/methods/hyperprove.md#dense-seeds)."""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,4 @@
-"""GRAG-MH retrieval ops (SPEC §3, seed 002), batched over questions: decayed k-hop expansion
+"""GRAG-MH retrieval ops (docs/methods/grag.md#retrieval), batched over questions: decayed k-hop expansion
 from seed nodes, candidate passages of the kept nodes, and the greedy diversity penalty."""
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One HyperProve retrieval hop (SPEC §2) for a batch of questions, as tensor operations."""
+"""One HyperProve retrieval hop (docs/methods/hyperprove.md#step-by-step) for a batch of questions, as
+tensor operations."""
 from __future__ import annotations
 
 import dataclasses
@@ -69,7 +70,7 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
                    frontier: Tensor | None = None, *, active: Tensor | None = None, seeds: Tensor | None = None,
                    index: DenseIndex | None = None, cfg: RetrievalConfig | None = None,
                    workspace: dict | None = None, **overrides) -> HopResult:
-    """One HyperProve retrieval hop (SPEC §2) for ``Q`` questions at once.
+    """One HyperProve retrieval hop (docs/methods/hyperprove.md#step-by-step) for ``Q`` questions at once.
 
     Per question, with ``F`` its carried frontier ``F_{t-1}``:
 

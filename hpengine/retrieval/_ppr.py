@@ -1,4 +1,5 @@
-"""Batched personalised PageRank on the star expansion of the hypergraph (SPEC §3, seed 001).
+"""Batched personalised PageRank on the star expansion of the hypergraph
+(docs/methods/ppr.md#personalised-pagerank).
 
 The star graph has ``N = V + H + P`` nodes: entities ``[0, V)``, facts ``[V, V + H)`` and passages
 ``[V + H, N)``, with an undirected unit edge for each (fact, entity) incidence (synonym-expanded,

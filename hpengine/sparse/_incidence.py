@@ -1,4 +1,4 @@
-"""Incidence construction and degrees (SPEC §1.4)."""
+"""Incidence construction and degrees (docs/methods/index.md#incidence-and-degrees)."""
 from __future__ import annotations
 
 import warnings

@@ -1,4 +1,4 @@
-"""The structural transition operator T_s, kept factored (SPEC §1.5, "Tensor form of T_s").
+"""The structural transition operator T_s, kept factored (docs/methods/index.md#structural-transition-matrix-t_s).
 
 With the augmented incidence ``B = [B_he | B_hd]`` (``[H, C]``, ``C = V + P``) and column
 degrees ``d``::
@@ -129,8 +129,9 @@ class TransitionOperator:
 
         Entries come from pairs of local facts sharing an entity or a passage: a sort-and-join
         over (question, column) keys, O(number of such pairs), never a dense one-hot over
-        entities. Rows are normalised by the block's own row sums (SPEC §2), so a fact with no
-        neighbour *inside the block* has an all-zero row. Pairs of equal fact ids (duplicates in
+        entities. Rows are normalised by the block's own row sums
+        (docs/methods/index.md#local-blocks), so a fact with no neighbour *inside the block* has an
+        all-zero row. Pairs of equal fact ids (duplicates in
         a row of ``idx``) contribute nothing, as T_s has a zero diagonal. The transposed
         operator returns the transposed blocks.
 

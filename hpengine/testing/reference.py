@@ -21,7 +21,8 @@ def dense_incidence(fact_entity: Tensor, fact_passage: Tensor, num_entities: int
 
 def dense_structural_weights(fact_entity: Tensor, fact_passage: Tensor, num_entities: int,
                              num_passages: int) -> Tensor:
-    """``W_s = B_he D_e^-1 B_he^T + B_hd D_d^-1 B_hd^T`` straight from the definition (SPEC §1.5)."""
+    """``W_s = B_he D_e^-1 B_he^T + B_hd D_d^-1 B_hd^T`` straight from the definition
+    (docs/methods/index.md#structural-transition-matrix-t_s)."""
     b_he, b_hd = dense_incidence(fact_entity, fact_passage, num_entities, num_passages)
     d_e, d_d = b_he.sum(0), b_hd.sum(0)
     inv_e = torch.where(d_e > 0, 1.0 / d_e, torch.zeros_like(d_e))
@@ -57,7 +58,7 @@ def dense_local_block(t_dense: Tensor, ids: list[int], size: int) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# HyperProve retrieval hop (SPEC §2), one question at a time, written the obvious way.
+# HyperProve retrieval hop (docs/methods/hyperprove.md), one question at a time, written the obvious way.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -102,7 +103,7 @@ def reference_hop(transition, fact_embeddings, query, frontier=(), *, num_seeds:
                   frontier_weight: float = 1.0, seed_weighting: str = "cosine", theta: float = 0.0,
                   bfs_depth: int = 2, struct_depth: int = 0, alpha: float = 0.7, top_k: int = 5,
                   seeds=None, subgraph=None) -> dict:
-    """One HyperProve hop for ONE question (SPEC §2), with Python sets, numpy and networkx.
+    """One HyperProve hop for ONE question (docs/methods/hyperprove.md), with Python sets, numpy and networkx.
 
     The same definitions as :func:`hpengine.retrieval.hyperprove_hop`:
 
@@ -240,7 +241,7 @@ def reference_hop(transition, fact_embeddings, query, frontier=(), *, num_seeds:
 
 
 # ---------------------------------------------------------------------------------------------
-# Personalised PageRank on the entity-fact-passage star graph (SPEC §3), two ways.
+# Personalised PageRank on the entity-fact-passage star graph (docs/methods/ppr.md), two ways.
 def star_graph_edges(fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int) -> Tensor:
     """Undirected edges of the star expansion, int64 ``[E, 2]`` (duplicate incidences once).
 

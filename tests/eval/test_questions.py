@@ -120,3 +120,36 @@ def test_real_dev_files(dataset, count):
         assert "#1" in questions[0].decomposition[1]["question"]
     if dataset == "2wikimultihopqa":
         assert {"type", "evidences"} <= set(questions[0].meta)
+
+
+@pytest.mark.parametrize("jsonl", [False, True])
+def test_duplicate_ids_are_refused_naming_both_records(tmp_path, jsonl):
+    other = dict(RECORD, question="Who else?")
+    path = _write(tmp_path, [{"question": "First?", "answer": ["a"], "id": "q0"}, RECORD, other], jsonl)
+    with pytest.raises(ValueError, match=r"records 1 and 2 have the same id 'q1'") as err:
+        load_questions(path)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_duplicate_ids_compare_as_text(tmp_path):
+    """An int id, its string and the record index a record without an id gets are one id."""
+    path = _write(tmp_path, [{"question": "A?", "answer": ["a"], "id": 7},
+                             {"question": "B?", "answer": ["b"], "id": "7"}])
+    with pytest.raises(ValueError, match=r"records 0 and 1 have the same id '7'"):
+        load_questions(path)
+    path = _write(tmp_path, [{"question": "A?", "answer": ["a"], "id": "1"}, {"question": "B?", "answer": ["b"]}])
+    with pytest.raises(ValueError, match=r"records 0 and 1 have the same id '1'"):
+        load_questions(path)
+
+
+@pytest.mark.parametrize("jsonl", [False, True])
+def test_the_same_record_twice_is_refused(tmp_path, jsonl):
+    """Without ids each record gets its index as id, so a repeated record is found by its content."""
+    record = {"question": "Who?", "answer": ["Ann"]}
+    path = _write(tmp_path, [record, {"question": "Where?", "answer": ["Oz"]}, dict(reversed(record.items()))], jsonl)
+    with pytest.raises(ValueError, match=r"records 0 and 2 are the same record \(ids '0' and '2'\)") as err:
+        load_questions(path)
+    assert str(err.value).startswith(str(path))
+    path = _write(tmp_path, [RECORD, RECORD], jsonl)  # with ids: the id names it
+    with pytest.raises(ValueError, match=r"records 0 and 1 have the same id 'q1'"):
+        load_questions(path)

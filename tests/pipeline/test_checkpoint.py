@@ -251,3 +251,207 @@ def test_rank_files_count_as_ranks_side_by_side(builtin_index, tmp_path):
     assert sorted(both.done) == [0, 1, 2, 3]
     assert both.wall == 3.0 and both.seconds == {"read": 1.5}
     assert both.llm == {"tokens_in": 30, "tokens_out": 2, "repeats": 0}
+
+
+# ------------------------------------------------------------------ the shape of every line
+def _valid_file(built, tmp_path, name="run.jsonl"):
+    """A finished checkpoint of 4 questions in batches of 2: header, then lines 2 and 3."""
+    _, _, questions = built
+    path = tmp_path / name
+    evaluate(_engine(built), questions[:4], EvalConfig(batch_size=2, checkpoint=str(path)), progress=False)
+    return path
+
+
+def _set(obj, dotted: str, value):
+    """``obj`` with the field at ``dotted`` (``a.b[0].c``; ``value`` DELETE removes it) changed."""
+    import re as _re
+
+    parts = [int(p) if p.isdigit() else p for p in _re.findall(r"[^.\[\]]+", dotted)]
+    target = obj
+    for p in parts[:-1]:
+        target = target[p]
+    if value is DELETE:
+        del target[parts[-1]]
+    else:
+        target[parts[-1]] = value
+    return obj
+
+
+DELETE = object()
+SHAPES = [  # (field changed, new value, field named in the error)
+    ("predictions", DELETE, "predictions"),
+    ("wall", DELETE, "wall"),
+    ("predictions", [], "predictions"),  # fewer predictions than positions
+    ("ids", ["x"], "ids"),
+    ("positions", "0,1", "positions"),
+    ("positions[1]", "1", "positions[1]"),
+    ("positions[0]", -1, "positions[0]"),
+    ("positions[0]", True, "positions[0]"),
+    ("ids[0]", 7, "ids[0]"),
+    ("predictions[1]", "a prediction", "predictions[1]"),
+    ("predictions[0].answer", ["x"], "predictions[0].answer"),
+    ("predictions[0].chain", DELETE, "predictions[0].chain"),
+    ("predictions[0].chain", "hop", "predictions[0].chain"),
+    ("predictions[0].chain[0]", "hop", "predictions[0].chain[0]"),
+    ("predictions[0].chain[0].facts[0].score", "high", "predictions[0].chain[0].facts[0].score"),
+    ("predictions[0].chain[0].facts[0].extra", 1, "predictions[0].chain[0].facts[0]"),
+    ("predictions[0].chain[0].linked", None, "predictions[0].chain[0].linked"),
+    ("predictions[0].passages", [0, "1"], "predictions[0].passages[1]"),
+    ("predictions[0].passages[0]", -3, "predictions[0].passages[0]"),
+    ("predictions[0].notes", [1], "predictions[0].notes[0]"),
+    ("predictions[0].diagnostics", [{"seeds": [0]}], "predictions[0].diagnostics[0]"),
+    ("predictions[0].diagnostics", [{"selected": [-1]}], "predictions[0].diagnostics[0].selected[0]"),
+    ("predictions[0].paths", [{"steps": 1, "answer": "x"}], "predictions[0].paths[0].score"),
+    ("predictions[0].paths", [{"steps": 99, "answer": "x", "score": 0.5}], "predictions[0].paths"),
+    ("predictions[0].question", "Another question?", "predictions[0].question"),
+    ("wall", "1.5", "wall"),
+    ("seconds", [1.0], "seconds"),
+    ("seconds.retrieve", "fast", "seconds.retrieve"),
+    ("llm", None, "llm"),
+    ("llm.tokens_in", 1.5, "llm.tokens_in"),
+]
+
+
+@pytest.fixture(scope="module")
+def recorded(builtin_index, tmp_path_factory):
+    """``(run, lines)``: the fingerprint and the lines of :func:`_valid_file`, made once."""
+    from hpengine.pipeline._checkpoint import run_fingerprint
+
+    path = _valid_file(builtin_index, tmp_path_factory.mktemp("recorded"))
+    return run_fingerprint(_engine(builtin_index)), path.read_text().splitlines()
+
+
+@pytest.mark.parametrize("line", [2, 3])  # the last line too: only invalid JSON is taken for a torn write
+@pytest.mark.parametrize("dotted, value, field", SHAPES,
+                         ids=[f"{s[0]}={'del' if s[1] is DELETE else repr(s[1])[:12]}" for s in SHAPES])
+def test_a_line_of_the_wrong_shape_is_refused_naming_file_line_and_field(builtin_index, recorded, tmp_path, dotted,
+                                                                         value, field, line):
+    from hpengine.pipeline._checkpoint import EvalCheckpoint
+
+    _, _, questions = builtin_index
+    run, lines = recorded
+    lines = list(lines)
+    lines[line - 1] = json.dumps(_set(json.loads(lines[line - 1]), dotted, value))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    before = path.read_bytes()
+    with pytest.raises(UserError, match=rf"run\.jsonl': line {line}: field {field!r} must be ".replace("[", r"\[")
+                       .replace("]", r"\]")) as err:
+        EvalCheckpoint(str(path), run, questions[:4])
+    assert "\n" not in str(err.value) and path.read_bytes() == before
+
+
+def test_fewer_predictions_than_positions_are_refused_before_any_work(builtin_index, recorded, tmp_path):
+    _, _, questions = builtin_index
+    _, lines = recorded
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(_set(json.loads(lines[1]), "predictions[1]", DELETE)), lines[2]]))
+    engine = _engine(builtin_index)
+    calls = _count_calls(engine)
+    with pytest.raises(UserError, match=r"line 2: field 'predictions' must be a list of 2 predictions, one per "
+                                        r"position \(got a list of 1\)"):
+        evaluate(engine, questions[:4], EvalConfig(batch_size=2, checkpoint=str(path)), progress=False)
+    assert calls == []
+
+
+@pytest.mark.parametrize("line", ['[1, 2]', '"a batch"', '{}', 'null'])
+def test_a_line_that_is_not_a_batch_object_is_refused(builtin_index, recorded, tmp_path, line):
+    from hpengine.pipeline._checkpoint import EvalCheckpoint
+
+    _, _, questions = builtin_index
+    run, lines = recorded
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([lines[0], "", line, *lines[1:]]) + "\n")  # a blank line counts as a line
+    with pytest.raises(UserError, match=r"run\.jsonl': line 3(: field 'positions')? must be "):
+        EvalCheckpoint(str(path), run, questions[:4])
+
+
+def test_line_numbers_count_blank_lines_and_a_torn_line_before_the_last_is_refused(builtin_index, recorded,
+                                                                                   tmp_path):
+    from hpengine.pipeline._checkpoint import EvalCheckpoint
+
+    _, _, questions = builtin_index
+    run, lines = recorded
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([lines[0], "", lines[1][:40], lines[2]]) + "\n")
+    with pytest.raises(UserError, match=r"run\.jsonl': line 3 is not JSON"):
+        EvalCheckpoint(str(path), run, questions[:4])
+
+
+def test_a_line_torn_inside_a_multibyte_character_is_dropped(builtin_index, tmp_path):
+    """Lines are written with ensure_ascii=False: a kill can cut a UTF-8 character in two."""
+    _, _, questions = builtin_index
+    path = _valid_file(builtin_index, tmp_path)
+    lines = path.read_bytes().split(b"\n")
+    torn = json.dumps({"positions": [2, 3], "ids": ["é"]}, ensure_ascii=False).encode()[:-4]
+    assert torn.endswith(b"\xc3")
+    path.write_bytes(b"\n".join(lines[:2]) + b"\n" + torn)
+    engine = _engine(builtin_index)
+    calls = _count_calls(engine)
+    evaluate(engine, questions[:4], EvalConfig(batch_size=2, checkpoint=str(path)), progress=False)
+    assert calls == [[q.question for q in questions[2:4]]]
+
+
+def test_a_rank_file_of_the_wrong_shape_is_refused(builtin_index, tmp_path):
+    _, _, questions = builtin_index
+    path = _valid_file(builtin_index, tmp_path)
+    lines = path.read_text().splitlines()
+    (tmp_path / "run.jsonl.rank1").write_text("\n".join([lines[0], json.dumps(_set(json.loads(lines[2]), "llm", 3))]))
+    path.write_text(lines[0] + "\n" + lines[1] + "\n")
+    with pytest.raises(UserError, match=r"run\.jsonl\.rank1': line 2: field 'llm' "):
+        evaluate(_engine(builtin_index), questions[:4], EvalConfig(batch_size=2, checkpoint=str(path)), progress=False)
+
+
+def test_passage_ids_beyond_the_index_are_refused(builtin_index, recorded, tmp_path):
+    from hpengine.pipeline._checkpoint import EvalCheckpoint
+
+    index, _, questions = builtin_index
+    run, lines = recorded
+    lines = list(lines)
+    lines[1] = json.dumps(_set(json.loads(lines[1]), "predictions[1].chain[0].linked", [index.num_passages]))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=rf"line 2: field 'predictions\[1\].chain\[0\].linked\[0\]' must be a "
+                                        rf"passage id in \[0, {index.num_passages}\)"):
+        EvalCheckpoint(str(path), run, questions[:4], num_passages=index.num_passages)
+    EvalCheckpoint(str(path), run, questions[:4])  # without the count (an index built in memory): >= 0 only
+
+
+# ------------------------------------------------------------------ a path that cannot be appended to
+def test_a_path_under_a_file_is_refused_before_any_work(builtin_index, tmp_path):
+    _, _, questions = builtin_index
+    (tmp_path / "afile").write_text("x")
+    engine = _engine(builtin_index)
+    calls = _count_calls(engine)
+    with pytest.raises(UserError, match=r"eval.checkpoint=.*afile/sub/run.jsonl': cannot create its folder") as err:
+        evaluate(engine, questions[:4], EvalConfig(checkpoint=str(tmp_path / "afile" / "sub" / "run.jsonl")),
+                 progress=False)
+    assert "\n" not in str(err.value) and calls == []
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_a_file_or_folder_that_refuses_writes_is_refused_before_any_work(builtin_index):
+    """/proc refuses writes even to root (a read-only file by mode alone does not, for root)."""
+    from hpengine.pipeline._checkpoint import check_checkpoint_path
+
+    with pytest.raises(UserError, match=r"eval.checkpoint='/proc/version' cannot be appended to"):
+        check_checkpoint_path("/proc/version")
+    with pytest.raises(UserError, match=r"cannot create its folder '/proc/hpengine-no-such-dir'"):
+        check_checkpoint_path("/proc/hpengine-no-such-dir/run.jsonl")
+    _, _, questions = builtin_index
+    engine = _engine(builtin_index)
+    calls = _count_calls(engine)
+    with pytest.raises(UserError, match="cannot be appended to"):
+        evaluate(engine, questions[:4], EvalConfig(checkpoint="/proc/version"), progress=False)
+    assert calls == []
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root writes to read-only files")
+def test_a_read_only_file_is_refused(tmp_path):
+    from hpengine.pipeline._checkpoint import check_checkpoint_path
+
+    path = tmp_path / "run.jsonl"
+    path.write_text("")
+    path.chmod(0o444)
+    with pytest.raises(UserError, match=r"cannot be appended to \(Permission denied\)"):
+        check_checkpoint_path(str(path))

@@ -109,7 +109,7 @@ def test_save_load_round_trip_and_old_index_refused(built, tmp_path):
     assert old.grag is None
     with pytest.raises(UserError, match=r"grag_build"):  # ... and grag says how to build them
         Engine(old, encoder, retriever="grag")
-    (tmp_path / "idx" / "grag.safetensors").write_bytes(b"broken")
+    (tmp_path / "idx" / "gen-000001" / "grag.safetensors").write_bytes(b"broken")
     with pytest.raises(IndexFormatError, match="grag.safetensors"):
         Index.load(tmp_path / "idx")
 

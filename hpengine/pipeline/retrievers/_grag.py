@@ -1,4 +1,4 @@
-"""GRAG-MH (SPEC §3, seed 002) on the shared engine: seed nodes over entity and summary nodes,
+"""GRAG-MH (docs/methods/grag.md) on the shared engine: seed nodes over entity and summary nodes,
 decayed k-hop expansion on the summary-augmented triple graph, candidate passages reranked
 (cross-encoder when configured, otherwise the bi-encoder score: the passage's cosine blended with
 its best fact's) with a greedy diversity penalty.

@@ -1,4 +1,4 @@
-"""HyperProve (SPEC §2): answer-guided multi-hop retrieval over the fact hypergraph.
+"""HyperProve (docs/methods/hyperprove.md): answer-guided multi-hop retrieval over the fact hypergraph.
 
 All questions advance hop by hop together: per hop one encoder call, one batched
 :func:`~hpengine.retrieval.hyperprove_hop` and, with an LLM, one batched read. The bridge (the
@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from hpengine.config import HyperProveConfig
+from hpengine.errors import UserError
 from hpengine.pipeline._ranking import lead_passages, rank_passages
 from hpengine.pipeline._types import HopRecord, Prediction
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
@@ -67,7 +68,25 @@ class HyperProveRetriever(Retriever):
 
     def __init__(self, steps):
         super().__init__(steps)
+        self._check_sizes()
         self._scratch: dict = {}  # the hop's scratch buffers, reused across hops and batches
+
+    def _check_sizes(self) -> None:
+        """Refuse, before any question, hops the index cannot serve: hop ``t`` forces its ``t * K``
+        carried facts and its ``S`` seeds into a subgraph of ``M`` facts, which must hold them
+        when the index has more than ``M`` facts (else the hop fails mid-run).
+
+        Raises:
+            UserError: ``(num_hops - 1) * top_k + num_seeds > subgraph_size < H``.
+        """
+        r, hops = self.steps.retrieval, self.config.num_hops
+        need = (hops - 1) * r.top_k + r.num_seeds
+        if self.steps.index.num_facts > r.subgraph_size and need > r.subgraph_size:
+            raise UserError(
+                f"engine.num_hops={hops} carries (num_hops - 1) * retrieval.top_k={r.top_k} facts into its last hop, "
+                f"which with its retrieval.num_seeds={r.num_seeds} seeds must fit the subgraph of "
+                f"retrieval.subgraph_size={r.subgraph_size} facts; lower engine.num_hops or retrieval.top_k, or raise "
+                f"retrieval.subgraph_size (got {hops - 1} * {r.top_k} + {r.num_seeds} = {need} > {r.subgraph_size})")
 
     def answer(self, questions: list) -> list:
         s, cfg = self.steps, self.config

@@ -1,4 +1,4 @@
-"""Hypergraph personalised PageRank (SPEC §3, seed 001; the core of HippoRAG), batched.
+"""Hypergraph personalised PageRank (docs/methods/ppr.md; the core of HippoRAG), batched.
 
 The entities a question names seed a personalised PageRank over the entity-fact-passage star
 graph of the index; passages rank by the PPR mass that reaches them. All questions of a batch
