@@ -11,6 +11,13 @@
 * ``--label NAME`` saves ``benchmarks/results/NAME.json``; ``--compare NAME`` prints the ratios of
   this run to a saved one; ``--fail-if-regression PCT`` exits with status 1 when a throughput
   dropped by more than PCT percent against the compared run.
+* Every script's JSON goes through :func:`write_json` (:func:`emit` prints it too); default
+  locations are in ``benchmarks/results/`` (:func:`result_path`).
+
+The scripts live in ``ops/``, ``e2e/`` and ``analysis/`` and are run by path from the repository
+root (``python benchmarks/ops/bench_ppr.py``); each puts this folder on ``sys.path`` first::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness, _presets
 """
 from __future__ import annotations
 
@@ -152,16 +159,27 @@ def environment() -> dict:
     }
 
 
-def save(label: str, records: list[Record], meta: dict | None = None) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{label}.json"
-    path.write_text(json.dumps({"env": environment(), "meta": meta or {},
-                                "records": [r.to_json() for r in records]}, indent=1))
+def result_path(name: str) -> Path:
+    """``benchmarks/results/NAME.json``, where every script's results go by default."""
+    return RESULTS / f"{name}.json"
+
+
+def write_json(data, path: str | Path, **dump_kwargs) -> Path:
+    """Write ``data`` as indented JSON to ``path`` (parent folders made); the path written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, **dump_kwargs))
     return path
 
 
+def save(label: str, records: list[Record], meta: dict | None = None) -> Path:
+    """The records, the environment and ``meta`` as ``benchmarks/results/LABEL.json``."""
+    return write_json({"env": environment(), "meta": meta or {}, "records": [r.to_json() for r in records]},
+                      result_path(label))
+
+
 def load(label: str) -> list[Record]:
-    path = Path(label) if label.endswith(".json") else RESULTS / f"{label}.json"
+    path = Path(label) if label.endswith(".json") else result_path(label)
     data = json.loads(path.read_text())
     out = []
     for r in data["records"]:
@@ -213,7 +231,6 @@ def finish(args, records: list[Record], meta: dict | None = None) -> int:
 
 def emit(result: dict, out: str = "") -> None:
     """Print one benchmark's result as JSON and, when ``out`` is given, write it there too."""
-    text = json.dumps(result, indent=1)
-    print(text)
+    print(json.dumps(result, indent=1))
     if out:
-        Path(out).write_text(text)
+        write_json(result, out)

@@ -20,7 +20,7 @@ from hpengine.config import EncoderConfig
 from hpengine.eval import load_questions
 from hpengine.graph import Index
 from hpengine.models import Encoder
-from hpengine.nn import DenseRetriever
+from hpengine.nn import DifferentiableDense
 
 
 def gold_ids(questions, index, width: int) -> torch.Tensor:
@@ -41,7 +41,7 @@ def recall(ids: torch.Tensor, gold: torch.Tensor, k: int) -> float:
     return float((hit.any(1).sum(1)[has] / n_gold[has]).mean())
 
 
-def listwise_loss(retriever: DenseRetriever, query: torch.Tensor, gold: torch.Tensor, candidates: int,
+def listwise_loss(retriever: DifferentiableDense, query: torch.Tensor, gold: torch.Tensor, candidates: int,
                   temperature: float) -> torch.Tensor:
     """``-log sum_{gold} softmax(score / T)`` over the top candidates plus the gold passages."""
     top = retriever.search(query, candidates)  # no gradient: which passages compete
@@ -76,7 +76,7 @@ def main(argv=None) -> dict:
     gold = gold_ids(questions, index, 4)
     half = len(questions) // 2
     train, test = slice(0, half), slice(half, len(questions))
-    retriever = DenseRetriever.from_index(index, over="passages", k=5)
+    retriever = DifferentiableDense.from_index(index, over="passages", k=5)
     dim = emb.shape[1]
     adapter = torch.nn.Linear(dim, dim, bias=False)
     with torch.no_grad():

@@ -125,13 +125,13 @@ def test_pruned_noise_draws_what_noise_on_every_token_draws(scale):
 
 
 def test_sampler_benchmark_runs_and_its_draws_agree(tmp_path):
-    """benchmarks/bench_sampler.py on small synthetic logits: both variants draw the same tokens."""
+    """benchmarks/ops/bench_sampler.py on small synthetic logits: both variants draw the same tokens."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sampler.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "ops" / "bench_sampler.py"
     out = tmp_path / "sampler.json"
     subprocess.run([sys.executable, str(script), "--rows", "4", "--vocab", "2000", "--steps", "2",
                     "--out", str(out)], check=True, capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """The seeded Gumbel sampler on every device: CUDA hashes the whole vocabulary, CPU only the
 tokens that can win; both draw what the CPU reference with noise on every token draws.
-Needs torch only (it runs in benchmarks/gpu_checks.sh)."""
+Needs torch only (it runs in benchmarks/e2e/gpu_checks.sh)."""
 import torch
 
 from hpengine.models._sampling import SeededGumbelSampler, gumbel_noise

@@ -1,12 +1,13 @@
-"""hpengine.nn: the retriever modules equal the functional ops, their scores are differentiable
-(float64 gradcheck on small graphs), buffers follow .to() and stay out of state_dict."""
+"""hpengine.nn: the differentiable retrieval modules equal the functional ops, their scores are
+differentiable (float64 gradcheck on small graphs), buffers follow .to() and stay out of
+state_dict, and the old class names still import, with a DeprecationWarning."""
 import pytest
 import torch
 from torch.func import functional_call
 
 from hpengine.config import RetrievalConfig
 from hpengine.graph import HyperGraph
-from hpengine.nn import DenseRetriever, HyperProveHop, PPRRetriever
+from hpengine.nn import DifferentiableDense, DifferentiableHyperProveHop, DifferentiablePPR
 from hpengine.retrieval import DenseIndex, hyperprove_hop, personalized_pagerank
 from hpengine.testing import with_devices
 from hpengine.testing._graphs import random_hypergraph
@@ -28,7 +29,7 @@ def graph_and_embeddings(seed=0, dim=6, dtype=torch.float64, device="cpu"):
 @with_devices
 def test_dense_equals_library_search(device):
     _, fact, _, q = graph_and_embeddings(device=device, dtype=torch.float32)
-    out = DenseRetriever(fact, k=5)(q)
+    out = DifferentiableDense(fact, k=5)(q)
     scores, ids = DenseIndex(fact).search(q, 5)
     assert torch.equal(out.ids, ids)
     torch.testing.assert_close(out.scores, scores)
@@ -36,17 +37,17 @@ def test_dense_equals_library_search(device):
 
 def test_dense_gradcheck_queries_and_keys():
     _, fact, _, q = graph_and_embeddings()
-    m = DenseRetriever(fact, k=4).double()
+    m = DifferentiableDense(fact, k=4).double()
     q = q.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: m(x).scores, (q,))
-    mk = DenseRetriever(fact, k=4, trainable="keys").double()
+    mk = DifferentiableDense(fact, k=4, trainable="keys").double()
     assert isinstance(mk.keys, torch.nn.Parameter)
     by_keys = lambda keys: functional_call(mk, {"keys": keys}, (q.detach(),)).scores  # noqa: E731
     assert torch.autograd.gradcheck(by_keys, (fact.clone().requires_grad_(True),), fast_mode=True)
 
 
 def test_dense_padding_has_no_gradient_nan():
-    m = DenseRetriever(torch.eye(3, dtype=torch.float64), k=5)
+    m = DifferentiableDense(torch.eye(3, dtype=torch.float64), k=5)
     q = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
     out = m(q)
     assert out.ids[0, 3:].tolist() == [-1, -1] and torch.isneginf(out.scores[0, 3:]).all()
@@ -58,7 +59,7 @@ def test_dense_padding_has_no_gradient_nan():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hop_equals_library_op_over_two_hops(seed):
     g, fact, _, q = graph_and_embeddings(seed, dtype=torch.float32)
-    hop = HyperProveHop(g, fact, HOP)
+    hop = DifferentiableHyperProveHop(g, fact, HOP)
     frontier = None
     for _ in range(2):
         ref = hyperprove_hop(g, fact, q, frontier, cfg=HOP)
@@ -72,7 +73,7 @@ def test_hop_equals_library_op_over_two_hops(seed):
 
 def test_hop_gradcheck_queries_facts_alpha():
     g, fact, _, q = graph_and_embeddings(2)
-    hop = HyperProveHop(g, fact, HOP, trainable=("fact_emb", "alpha")).double()
+    hop = DifferentiableHyperProveHop(g, fact, HOP, trainable=("fact_emb", "alpha")).double()
     first = hop(q)
     frontier = first.frontier
     out = hop(q, frontier)
@@ -98,7 +99,7 @@ def test_hop_gradcheck_queries_facts_alpha():
 @pytest.mark.parametrize("weighting", ["softmax", "relu"])
 def test_ppr_equals_library_op(weighting):
     g, _, ent, q = graph_and_embeddings(3, dtype=torch.float32)
-    m = PPRRetriever(g, ent, k=4, links=3, weighting=weighting, temperature=0.2)
+    m = DifferentiablePPR(g, ent, k=4, links=3, weighting=weighting, temperature=0.2)
     ids, mass = m.personalization(q)
     assert torch.allclose(mass.sum(1), torch.ones(3))
     v, h = g.num_entities, g.num_facts
@@ -114,15 +115,15 @@ def test_ppr_equals_library_op(weighting):
 @pytest.mark.parametrize("weighting", ["softmax", "relu"])
 def test_ppr_gradcheck_queries(weighting):
     g, _, ent, q = graph_and_embeddings(4)
-    m = PPRRetriever(g, ent, k=3, links=4, weighting=weighting, threshold=-0.5, temperature=0.3, tol=1e-14,
-                     max_iter=500).double()
+    m = DifferentiablePPR(g, ent, k=3, links=4, weighting=weighting, threshold=-0.5, temperature=0.3, tol=1e-14,
+                          max_iter=500).double()
     assert torch.autograd.gradcheck(lambda x: m(x).scores, (q.clone().requires_grad_(True),))
     assert torch.autograd.gradcheck(lambda x: m.mass(x), (q.clone().requires_grad_(True),), fast_mode=True)
 
 
 def test_ppr_gradcheck_entity_embeddings():
     g, _, ent, q = graph_and_embeddings(5)
-    m = PPRRetriever(g, ent, k=3, links=4, tol=1e-14, max_iter=500, trainable="entity_emb").double()
+    m = DifferentiablePPR(g, ent, k=3, links=4, tol=1e-14, max_iter=500, trainable="entity_emb").double()
     def by_entities(e):
         return functional_call(m, {"entity_emb": e}, (q,)).scores
 
@@ -147,9 +148,9 @@ def test_modules_equal_the_engines_retrieval():
     index, _ = build_index(passages, extractor=ListExtractor(table), encoder=encoder)
     engine = Engine(index, encoder, RetrievalConfig(num_seeds=2, top_k=2, subgraph_size=8), retriever="hyperprove")
     q = engine.steps.encode(["Where did the father of Ada Lovelace die?", "Who designed the Analytical Engine?"])
-    assert torch.equal(DenseRetriever.from_index(index, k=3)(q).ids, engine.steps.dense_passages(q, 3))
+    assert torch.equal(DifferentiableDense.from_index(index, k=3)(q).ids, engine.steps.dense_passages(q, 3))
     ref = hyperprove_hop(index.graph, index.fact_emb, q, index=engine.steps.fact_index(), cfg=engine.retrieval)
-    out = HyperProveHop.from_index(index, engine.retrieval)(q)
+    out = DifferentiableHyperProveHop.from_index(index, engine.retrieval)(q)
     assert torch.equal(out.fact_ids, ref.fact_ids) and torch.equal(out.distance, ref.distance)
     torch.testing.assert_close(out.scores, ref.scores)
 
@@ -157,24 +158,25 @@ def test_modules_equal_the_engines_retrieval():
 # ----------------------------------------------------- buffers, devices, state
 def test_buffers_not_in_state_dict_unless_asked():
     g, fact, ent, _ = graph_and_embeddings(dtype=torch.float32)
-    assert DenseRetriever(fact).state_dict() == {}
-    assert list(HyperProveHop(g, fact, HOP).state_dict()) == []
-    assert set(PPRRetriever(g, ent, persistent=True).state_dict()) == {"fact_entity", "fact_passage", "entity_emb"}
-    hop = HyperProveHop(g, fact, HOP, trainable="alpha")
+    assert DifferentiableDense(fact).state_dict() == {}
+    assert list(DifferentiableHyperProveHop(g, fact, HOP).state_dict()) == []
+    assert set(DifferentiablePPR(g, ent, persistent=True).state_dict()) == {"fact_entity", "fact_passage", "entity_emb"}
+    hop = DifferentiableHyperProveHop(g, fact, HOP, trainable="alpha")
     assert list(hop.state_dict()) == ["alpha"] and [n for n, _ in hop.named_parameters()] == ["alpha"]
     with torch.no_grad():
         hop.alpha.fill_(0.25)
-    fresh = HyperProveHop(g, fact, HOP, trainable="alpha")
+    fresh = DifferentiableHyperProveHop(g, fact, HOP, trainable="alpha")
     fresh.load_state_dict(hop.state_dict())
     assert float(fresh.alpha.detach()) == 0.25
-    with pytest.raises(ValueError, match=r"trainable must name tensors of HyperProveHop.*\(got \['keys'\]\)"):
-        HyperProveHop(g, fact, HOP, trainable="keys")
+    with pytest.raises(ValueError,
+                       match=r"trainable must name tensors of DifferentiableHyperProveHop.*\(got \['keys'\]\)"):
+        DifferentiableHyperProveHop(g, fact, HOP, trainable="keys")
 
 
 @with_devices
 def test_to_moves_buffers_and_rebuilds_the_graph(device):
     g, fact, ent, q = graph_and_embeddings(dtype=torch.float32)
-    m = PPRRetriever(g, ent, k=3)
+    m = DifferentiablePPR(g, ent, k=3)
     before = m(q)
     m = m.to(device)
     assert all(b.device.type == torch.device(device).type for b in m.buffers())
@@ -182,15 +184,15 @@ def test_to_moves_buffers_and_rebuilds_the_graph(device):
     after = m(q.to(device))
     assert torch.equal(after.ids.cpu(), before.ids)
     torch.testing.assert_close(after.scores.cpu(), before.scores)
-    hop = HyperProveHop(g, fact, HOP).double()
+    hop = DifferentiableHyperProveHop(g, fact, HOP).double()
     assert hop.fact_emb.dtype == torch.float64 and hop.fact_entity.dtype == torch.int64
     with pytest.raises(ValueError, match="must be on the module's device"):
-        DenseRetriever(fact).to("meta")(q)
+        DifferentiableDense(fact).to("meta")(q)
 
 
 def test_optimizer_step_rebuilds_the_fact_index():
     g, fact, _, q = graph_and_embeddings(dtype=torch.float32)
-    hop = HyperProveHop(g, fact, HOP, trainable="fact_emb")
+    hop = DifferentiableHyperProveHop(g, fact, HOP, trainable="fact_emb")
     first = hop._dense_index()
     assert hop._dense_index() is first
     with torch.no_grad():
@@ -207,7 +209,7 @@ def test_training_a_query_adapter_lowers_the_loss():
     gold = torch.randint(0, 64, (48,), generator=gen)
     mix = torch.randn(16, 16, generator=gen) * 0.6 + torch.eye(16)
     queries = keys[gold] @ mix  # a distorted view the adapter can undo
-    retriever = DenseRetriever(keys, k=16)
+    retriever = DifferentiableDense(keys, k=16)
     adapter = torch.nn.Linear(16, 16, bias=False)
     with torch.no_grad():
         adapter.weight.copy_(torch.eye(16))
@@ -238,7 +240,7 @@ def test_dense_module_compiles():
     """torch.compile (inductor on CPU): same ids and scores. About 20-40 s of compilation on a
     2-core CPU, hence slow."""
     _, fact, _, q = graph_and_embeddings(dtype=torch.float32)
-    m = DenseRetriever(fact, k=5)
+    m = DifferentiableDense(fact, k=5)
     eager = m(q)
     compiled = torch.compile(m)(q)
     assert torch.equal(compiled.ids, eager.ids)
@@ -250,12 +252,28 @@ def test_hop_and_ppr_modules_run_compiled():
     """torch.compile on the hop and PPR modules: their data-dependent shapes and host syncs
     (BFS rounds, convergence checks) make graph breaks, not errors; results equal eager."""
     g, fact, ent, q = graph_and_embeddings(4, dtype=torch.float32)
-    hop = HyperProveHop(g, fact, HOP)
+    hop = DifferentiableHyperProveHop(g, fact, HOP)
     eager, compiled = hop(q, None), torch.compile(hop)(q, None)
     for name in ("fact_ids", "distance", "frontier"):
         assert torch.equal(getattr(compiled, name), getattr(eager, name)), name
     torch.testing.assert_close(compiled.scores, eager.scores)
-    ppr = PPRRetriever(g, ent, k=4, links=3)
+    ppr = DifferentiablePPR(g, ent, k=4, links=3)
     eager, compiled = ppr(q), torch.compile(ppr)(q)
     assert torch.equal(compiled.ids, eager.ids)
     torch.testing.assert_close(compiled.scores, eager.scores)
+
+
+# ---------------------------------------------------------------------- old names
+@pytest.mark.parametrize("old, new", [("DenseRetriever", "DifferentiableDense"), ("PPRRetriever", "DifferentiablePPR"),
+                                      ("HyperProveHop", "DifferentiableHyperProveHop")])
+def test_old_names_still_import_with_a_deprecation_warning(old, new):
+    import hpengine.nn
+
+    with pytest.warns(DeprecationWarning, match=rf"hpengine\.nn\.{old} is deprecated.*hpengine\.nn\.{new}"):
+        cls = getattr(hpengine.nn, old)
+    assert cls is getattr(hpengine.nn, new)
+    with pytest.warns(DeprecationWarning, match=old):
+        exec(f"from hpengine.nn import {old}", {})
+    assert old not in hpengine.nn.__all__
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchModule'"):
+        hpengine.nn.NoSuchModule  # noqa: B018

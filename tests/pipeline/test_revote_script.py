@@ -1,4 +1,4 @@
-"""benchmarks/revote_grag.py recounts the self-consistency vote of a recorded GRAG-MH run over any
+"""benchmarks/analysis/revote_grag.py recounts the self-consistency vote of a recorded GRAG-MH run over any
 subset of its paths, with unanimous votes and the oracle F1, from the records alone."""
 import json
 import runpy
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "revote_grag.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "analysis" / "revote_grag.py"
 
 
 def _record(gold, answers, scores, prediction):

@@ -1,19 +1,22 @@
 """Index build benchmark: wall time per stage, peak RSS, counts (fast extractor, CPU by default).
 
-    python benchmarks/bench_index.py --corpus ../shared/data/2wikimultihopqa/corpus.json --out /tmp/idx_2wiki
-    python benchmarks/bench_index.py --corpus ../shared/data/hotpotqa/corpus.json --out /tmp/idx_hotpot
-    python benchmarks/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_e5/musique --encoder e5-small
-    python benchmarks/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_g/musique --grag
+    python benchmarks/e2e/bench_index.py --corpus ../shared/data/2wikimultihopqa/corpus.json --out /tmp/idx_2wiki
+    python benchmarks/e2e/bench_index.py --corpus ../shared/data/hotpotqa/corpus.json --out /tmp/idx_hotpot
+    python benchmarks/e2e/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_e5/musique --encoder e5-small
+    python benchmarks/e2e/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_g/musique --grag
 
 Each run is one process (peak RSS is per process). Prints the report as JSON and, with
---label NAME, saves it to bench_results/index_NAME.json.
+--label NAME, saves it to benchmarks/results/index_NAME.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 def main() -> None:
@@ -25,12 +28,13 @@ def main() -> None:
     ap.add_argument("--encoder", default="minilm", help="a preset of conf/encoder/ (minilm, e5-small) or a model folder")
     ap.add_argument("--encoder-dtype", default="bfloat16")
     ap.add_argument("--grag", action="store_true", help="also build GRAG-MH's parts (grag.build=true)")
-    ap.add_argument("--label", default="")
+    ap.add_argument("--label", default="", help="save the report as benchmarks/results/index_LABEL.json")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from hpengine.config import ExtractorConfig, GragBuildConfig, IndexConfig
     from hpengine.pipeline import format_report, run_index
 
+    from _harness import result_path, write_json
     from _presets import encoder_preset
 
     cfg = IndexConfig(corpus=args.corpus, out=args.out, device=args.device,
@@ -42,9 +46,7 @@ def main() -> None:
     print(format_report(report, args.out))
     print(json.dumps({k: v for k, v in report.items() if k not in ("corpus_report",)}, default=str))
     if args.label:
-        path = Path("bench_results") / f"index_{args.label}.json"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(report, indent=1, default=str))
+        print(f"saved {write_json(report, result_path(f'index_{args.label}'), default=str)}")
 
 
 if __name__ == "__main__":

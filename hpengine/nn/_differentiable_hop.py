@@ -1,4 +1,5 @@
-"""One HyperProve hop as a module: the discrete selection of the library op, differentiable scores."""
+"""One differentiable HyperProve hop as a module: the discrete selection of the library op,
+differentiable scores."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,7 @@ from hpengine.nn._graph import GraphModule
 from hpengine.retrieval import DenseIndex, HopResult, hyperprove_hop
 
 
-class HyperProveHop(GraphModule):
+class DifferentiableHyperProveHop(GraphModule):
     """One batched HyperProve hop (docs/methods/hyperprove.md, :func:`hpengine.retrieval.hyperprove_hop`) as a module.
 
     The selection (dense seeds, random walk, local subgraph, BFS, distances to the frontier,
@@ -40,7 +41,7 @@ class HyperProveHop(GraphModule):
         >>> from hpengine.graph import HyperGraph
         >>> g = HyperGraph.from_incidence(torch.tensor([[0, 1, 1, 2], [0, 0, 1, 1]]), torch.tensor([0, 1, 2]),
         ...                               num_entities=2, num_passages=3)
-        >>> hop = HyperProveHop(g, torch.eye(3), RetrievalConfig(num_seeds=1, top_k=2, alpha=0.5))
+        >>> hop = DifferentiableHyperProveHop(g, torch.eye(3), RetrievalConfig(num_seeds=1, top_k=2, alpha=0.5))
         >>> q = torch.tensor([[1.0, 0.2, 0.0]], requires_grad=True)
         >>> out = hop(q)
         >>> out.fact_ids
@@ -66,7 +67,7 @@ class HyperProveHop(GraphModule):
         self._workspace: dict = {}
 
     @classmethod
-    def from_index(cls, index, cfg: RetrievalConfig | None = None, **kwargs) -> "HyperProveHop":
+    def from_index(cls, index, cfg: RetrievalConfig | None = None, **kwargs) -> "DifferentiableHyperProveHop":
         return cls(index.graph, index.fact_emb, cfg, **kwargs)
 
     def _apply(self, fn, recurse: bool = True):

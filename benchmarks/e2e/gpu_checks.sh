@@ -3,15 +3,16 @@
 #   1. every test parametrised over devices (CUDA equals CPU) in the op, module and synonym tests;
 #   2. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios).
 # Needs torch with CUDA, numpy, safetensors, tqdm, networkx, scipy, pytest and hypothesis; hpengine
-# runs from the working tree (no install). Results go to OUT_DIR (logs and benchmark JSON).
+# runs from the working tree (no install). Results go to OUT_DIR (logs and benchmark JSON) and the
+# benchmark JSON to benchmarks/results/gpu_checks_*.json.
 #
-#   bash benchmarks/gpu_checks.sh OUT_DIR
+#   bash benchmarks/e2e/gpu_checks.sh OUT_DIR
 #
 # Each step has its own time limit, so one slow step does not cost the others.
 set -u
 out=${1:-gpu_checks_out}
 mkdir -p "$out"
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 py=${PYTHON:-python3}
@@ -35,9 +36,9 @@ echo "tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
 # 2. the op benchmarks on cuda, then our op on CPU at the same sizes (no peers: they are CPU
 #    libraries measured on this project's machine, benchmarks/README.md)
 for dev in cuda cpu; do
-  timeout 150 $py benchmarks/bench_ppr.py --device "$dev" --sizes 100000 1000000 --queries 1 64 1024 \
+  timeout 150 $py benchmarks/ops/bench_ppr.py --device "$dev" --sizes 100000 1000000 --queries 1 64 1024 \
     --no-baselines --label "gpu_checks_ppr_$dev" 2>&1 | tee "$out/bench_ppr_$dev.log"
-  timeout 150 $py benchmarks/bench_hop.py --device "$dev" --sizes 100000 1000000 --queries 1 64 1024 \
+  timeout 150 $py benchmarks/ops/bench_hop.py --device "$dev" --sizes 100000 1000000 --queries 1 64 1024 \
     --no-baselines --label "gpu_checks_hop_$dev" 2>&1 | tee "$out/bench_hop_$dev.log"
 done
 cp benchmarks/results/gpu_checks_*.json "$out/" 2>/dev/null

@@ -19,9 +19,9 @@ Implementations (same parameters, ``RetrievalConfig()`` defaults: S=8, M=600, 3 
 Per-question methods do not get faster with Q, so they are timed once per H and shown beside each
 Q. Run (about 13 minutes on the 2-core CPU of the dev box; ``--max-q-at-1m 0`` adds H=1M, Q=4096)::
 
-    python benchmarks/bench_hop.py --threads 1 --label hop_cpu
-    python benchmarks/bench_hop.py --sizes 100000 --queries 1024 --profile   # torch.profiler table
-    python benchmarks/bench_hop.py --memory-check                            # H=100k, Q=10,000 peak RSS
+    python benchmarks/ops/bench_hop.py --threads 1 --label hop_cpu
+    python benchmarks/ops/bench_hop.py --sizes 100000 --queries 1024 --profile   # torch.profiler table
+    python benchmarks/ops/bench_hop.py --memory-check                            # H=100k, Q=10,000 peak RSS
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 from _harness import PeakMemory, Record, add_common_args, finish, measure  # noqa: E402
 
 from hpengine.config import RetrievalConfig  # noqa: E402

@@ -5,7 +5,7 @@ engine would at that variant (its passages from ``path_read_passages``, its prom
 mapping from the engine's final read step) and the paths vote as the engine does
 (``self_consistency_vote``). Costs one batched read per variant instead of a whole run.
 
-    python benchmarks/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
+    python benchmarks/analysis/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
         --llm /work/models/qwen2.5-coder-1.5b --set engine.fact_weight=0 \\
         --variants "engine.final_passages=0 engine.final_with_steps=always engine.resolve_choice=false" \\
                    "engine.final_with_question=true"
@@ -23,7 +23,7 @@ A variant's ``engine.restate_ends_path`` ends each recorded path where the engin
 rereads only the questions where a variant ends a path earlier or shows its final read other
 steps (``final_skip_restated``):
 
-    python benchmarks/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
+    python benchmarks/analysis/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
         --llm /work/models/qwen2.5-coder-1.5b --set engine.restate_ends_path=false engine.final_skip_restated=false \\
         --only-changed --variants "" "engine.restate_ends_path=true" "engine.final_skip_restated=true" \\
         "engine.restate_ends_path=true engine.final_skip_restated=true"
@@ -32,7 +32,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 class _CachedReader:
@@ -93,8 +97,9 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bench_qa import _apply
-    from revote_grag import recorded_paths
+    from _harness import write_json
+    from _presets import apply_overrides
+    from revote_grag import recorded_paths  # this folder's
     from hpengine.config import EncoderConfig, GragConfig
     from hpengine.eval import exact_match, f1_score, normalize_answer
     from hpengine.graph import Index
@@ -108,8 +113,8 @@ def main() -> None:
     records = records[: args.max_questions] if args.max_questions else records
     run_records, kept = records, []
     if args.only_changed:
-        base = _apply(GragConfig(), args.set, "engine")
-        cfgs = [_apply(GragConfig(), args.set + v.split(), "engine") for v in args.variants]
+        base = apply_overrides(GragConfig(), args.set, "engine")
+        cfgs = [apply_overrides(GragConfig(), args.set + v.split(), "engine") for v in args.variants]
         records = [r for r in records if any(path_view(r["question"], ch, c) != path_view(r["question"], ch, base)
                                              for ch in recorded_paths(r)[0] for c in cfgs)]
         chosen = {r["id"] for r in records}
@@ -117,7 +122,7 @@ def main() -> None:
         print(f"{len(records)} of {len(run_records)} questions have a path that a variant changes", flush=True)
     enc = encoder_for_index(peek_index_meta(args.index), EncoderConfig(name_or_path=""))
     index = Index.load(args.index, expected_encoder=enc.name)
-    cfg = _apply(GragConfig(), args.set, "engine")
+    cfg = apply_overrides(GragConfig(), args.set, "engine")
     engine = Engine(index, enc, config=cfg)
     search = engine.retriever.search
     chains = [recorded_paths(r)[0] for r in records]
@@ -152,7 +157,7 @@ def main() -> None:
     n = len(run_records)
     saved = []
     for variant in args.variants:
-        vcfg = _apply(GragConfig(), args.set + variant.split(), "engine")
+        vcfg = apply_overrides(GragConfig(), args.set + variant.split(), "engine")
         steps = Engine(index, enc, config=vcfg, reader=cached).steps
         questions, reads, hops, owner, scores = [], [], [], [], {}
         for qi, r in enumerate(records):
@@ -187,8 +192,7 @@ def main() -> None:
             f1 += f1_score(pred, r["gold"])
         saved.append({"variant": variant, "em": round(em / n, 4), "f1": round(f1 / n, 4), "records": preds})
         if args.out:
-            with open(args.out, "w") as fh:
-                json.dump({"run": args.run, "set": args.set, "variants": saved}, fh)
+            write_json({"run": args.run, "set": args.set, "variants": saved}, args.out)
         run_em, run_f1 = (sum(r[k] for r in run_records) / n for k in ("em", "f1"))
         print(f"[{variant or 'defaults'}] EM {em / n:.3f} F1 {f1 / n:.3f}, answers as in the run "
               f"{same:.0f}/{len(records)}, {len(questions)} prompts, {reader.stats['tokens_in'] - tokens:,} tokens in, "

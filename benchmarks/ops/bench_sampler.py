@@ -4,7 +4,7 @@ that can still win each row's draw (``prune=True``, what CPU runs), on the same 
 process. With ``--llm`` the logits are a real model's next-token logits for the first ``--rows``
 dev questions (one forward pass, bf16); without it they are Gaussian with ``--spread``.
 
-    python benchmarks/bench_sampler.py --llm /work/models/qwen2.5-coder-1.5b \\
+    python benchmarks/ops/bench_sampler.py --llm /work/models/qwen2.5-coder-1.5b \\
         --data ../shared/data/hotpotqa/dev.json --rows 32 --out benchmarks/results/sampler.json
 
 Reports each variant's median milliseconds per step over ``--steps`` steps (each step hashes new
@@ -18,6 +18,9 @@ import os
 import sys
 import statistics
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 def _logits(args, torch):
@@ -50,7 +53,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--out", default="")
+    ap.add_argument("--out", default="", help="also write the result JSON here (benchmarks/results/NAME.json)")
     args = ap.parse_args()
     if args.llm and not args.data:
         ap.error("--llm needs --data (the dev questions whose prompts give the logits)")
@@ -58,7 +61,6 @@ def main() -> None:
 
     import torch
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _harness import emit
 
     from hpengine.models import SeededGumbelSampler

@@ -1,5 +1,5 @@
-"""Personalised PageRank as a module, differentiable through a personalization built from
-query-entity similarities."""
+"""Differentiable personalised PageRank as a module: PPR seeded from query-entity similarities,
+differentiable through the personalization and the solve."""
 from __future__ import annotations
 
 import torch
@@ -14,7 +14,7 @@ _WEIGHTING = ("softmax", "relu")
 _OUTPUT = ("passages", "facts")
 
 
-class PPRRetriever(GraphModule):
+class DifferentiablePPR(GraphModule):
     """Passages (or facts) by personalised PageRank mass from the entities each query links to.
 
     Per query: the ``links`` entity names with the highest cosine (selection under
@@ -27,8 +27,10 @@ class PPRRetriever(GraphModule):
     (top-k: discrete); their masses are the scores, differentiable with respect to the query
     embeddings and, when trainable, ``entity_emb``.
 
-    This is the differentiable core of the engine's ``ppr`` retriever, not all of it: the engine
-    also links NER mentions, fact seeds and a passage reset, which are text steps.
+    This is the differentiable core of the engine's ``ppr`` method
+    (:class:`hpengine.pipeline.retrievers.PPRRetriever`), not all of it, and it seeds differently:
+    the engine links NER mentions of the question text and adds fact seeds and a passage reset
+    (text steps); this module seeds from the embedding similarities alone.
 
     Args:
         graph: the :class:`~hpengine.HyperGraph` (``index.graph``).
@@ -71,7 +73,7 @@ class PPRRetriever(GraphModule):
         self._add_tensor("entity_emb", entity_emb)
 
     @classmethod
-    def from_index(cls, index, k: int = 5, **kwargs) -> "PPRRetriever":
+    def from_index(cls, index, k: int = 5, **kwargs) -> "DifferentiablePPR":
         return cls(index.graph, index.entity_emb, k, **kwargs)
 
     def personalization(self, query_embeddings: Tensor) -> tuple[Tensor, Tensor]:

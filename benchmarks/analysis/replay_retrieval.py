@@ -3,7 +3,7 @@
 engine change that leaves the reads alone (search text, linking, ranking, hop parameters) is
 measured on the LLM-mode chains in seconds instead of a ~25-minute run.
 
-    python benchmarks/replay_retrieval.py --run llm100/hotpotqa_hyperprove.json \\
+    python benchmarks/analysis/replay_retrieval.py --run llm100/hotpotqa_hyperprove.json \\
         --questions ../shared/data/hotpotqa/dev.json --index IDX/hotpotqa \\
         --set engine.search_template={subquery} --set engine.search_template='{subquery} {question}'
 
@@ -17,6 +17,10 @@ import argparse
 import json
 import os
 import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 class RecordedLLM:
@@ -46,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from bench_qa import _apply  # same override syntax as the benchmark
+    from _presets import apply_overrides  # the override syntax of bench_qa.py --set
 
     from hpengine.config import EncoderConfig, RetrievalConfig
     from hpengine.eval import load_questions, recall_at_k
@@ -65,8 +69,8 @@ def main() -> None:
     for variant in args.set or [""]:
         sets = shlex.split(variant)
         llm = RecordedLLM(records)
-        engine = Engine(index, encoder, _apply(RetrievalConfig(), sets, "retrieval"), _apply(HyperProveConfig(), sets, "engine"),
-                        decomposer=llm, reader=llm)
+        engine = Engine(index, encoder, apply_overrides(RetrievalConfig(), sets, "retrieval"),
+                        apply_overrides(HyperProveConfig(), sets, "engine"), decomposer=llm, reader=llm)
         preds = engine.answer([q.question for q in questions])
         ranked = [[(index.passages[i].title, index.passages[i].text) for i in p.passages] for p in preds]
         r2, r5 = (sum(recall_at_k(r, g, k) for r, g in zip(ranked, gold)) / len(gold) for k in (2, 5))

@@ -3,7 +3,7 @@ generation, side by side in one process: GRAG-MH's first planner step (every pat
 question, one batched ``generate``, whose prompts share the instruction and worked examples) on
 the first N dev questions, with the same model, batch settings and prompts.
 
-    python benchmarks/bench_prefix_cache.py --data ../shared/data/hotpotqa/dev.json \\
+    python benchmarks/ops/bench_prefix_cache.py --data ../shared/data/hotpotqa/dev.json \\
         --llm /work/models/qwen2.5-coder-1.5b --questions 24 --repeats 2 --out benchmarks/results/prefix_cache.json
 
 Reports each variant's best wall time over ``--repeats``, the ratio, the shared prefix's length
@@ -18,6 +18,9 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 def main() -> None:
@@ -32,13 +35,12 @@ def main() -> None:
     ap.add_argument("--noise-batch-size", type=int, default=0,
                     help="also run plain generation at this batch size, as the noise floor (0: off)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--out", default="")
+    ap.add_argument("--out", default="", help="also write the result JSON here (benchmarks/results/NAME.json)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _harness import emit
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,8 +1,8 @@
 """End-to-end QA evaluation: dense vs HyperProve on the dev questions of the real benchmarks.
 
-    # indexes first (fast extractor): python benchmarks/bench_index.py --corpus ../shared/data/<d>/corpus.json --out IDX/<d>
-    python benchmarks/bench_qa.py --data-root ../shared/data --index-root IDX            # no-LLM mode, all questions
-    python benchmarks/bench_qa.py --data-root ../shared/data --index-root IDX \\
+    # indexes first (fast extractor): python benchmarks/e2e/bench_index.py --corpus ../shared/data/<d>/corpus.json --out IDX/<d>
+    python benchmarks/e2e/bench_qa.py --data-root ../shared/data --index-root IDX            # no-LLM mode, all questions
+    python benchmarks/e2e/bench_qa.py --data-root ../shared/data --index-root IDX \\
         --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b --max-questions 100 --batch-size 16   # LLM decomposer + reader
 
 One index and encoder load per dataset; every retriever in a table uses the same embedder, reader,
@@ -15,28 +15,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
+import sys
 import time
 from pathlib import Path
 
-DATASETS = ("2wikimultihopqa", "hotpotqa", "musique")
-
-
-def _apply(cfg, assignments: list, prefix: str):
-    changes = {}
-    for a in assignments:
-        key, value = a.split("=", 1)
-        if key.startswith(prefix + "."):
-            field = key[len(prefix) + 1:]
-            if field not in {f.name for f in dataclasses.fields(cfg)}:
-                continue  # a setting of another method (engine.num_hops does not apply to dense)
-            current = getattr(cfg, field)
-            if current is None:  # an unset threshold (the encoder's): a number or null
-                changes[field] = None if value.lower() in ("none", "null") else float(value)
-            else:
-                changes[field] = type(current)(value) if not isinstance(current, bool) else value.lower() == "true"
-    return dataclasses.replace(cfg, **changes) if changes else cfg
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
+from _harness import write_json  # noqa: E402
+from _presets import DATASETS, apply_overrides  # noqa: E402
 
 
 def main() -> None:
@@ -74,7 +60,7 @@ def main() -> None:
                             **({} if args.llm_prefix_cache is None else {"prefix_cache": args.llm_prefix_cache}))
     args.llm_prefix_cache = model_cfg.prefix_cache  # the out JSON's args record the setting used
     decomposer, reader = load_llm(model_cfg)
-    retrieval = _apply(RetrievalConfig(), args.set, "retrieval")
+    retrieval = apply_overrides(RetrievalConfig(), args.set, "retrieval")
     rows, results = [], {}
     for name in args.datasets:
         meta = peek_index_meta(Path(args.index_root) / name) or {}
@@ -85,7 +71,7 @@ def main() -> None:
         questions = load_questions(str(Path(args.data_root) / name / "dev.json"))
         for retriever in args.retrievers:
             config_class = get_retriever(retriever).config_class
-            engine_cfg = _apply(config_class(diagnostics=retriever == "hyperprove"), args.set, "engine")
+            engine_cfg = apply_overrides(config_class(diagnostics=retriever == "hyperprove"), args.set, "engine")
             engine = Engine(index, encoder, retrieval, engine_cfg, decomposer=decomposer, reader=reader)
             for c in (decomposer, reader):
                 if c is not None:
@@ -110,9 +96,8 @@ def main() -> None:
             print(f"{r[0]} {r[1]} per-hop gold-passage recall: " +
                   " | ".join(", ".join(f"{k} {v:.3f}" for k, v in hop.items()) for hop in r[9]))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"args": vars(args), "retrieval": dataclasses.asdict(retrieval),
-                                              "results": results}, indent=1, ensure_ascii=False))
+        write_json({"args": vars(args), "retrieval": dataclasses.asdict(retrieval), "results": results}, args.out,
+                   ensure_ascii=False)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ Accuracy: each implementation's L1 distance to a tight solution (our Chebyshev, 
 all N columns, averaged. Per-question methods do not get faster with Q: timed once per H and shown
 beside each Q. Run (~10 minutes on the 2-core dev box)::
 
-    python benchmarks/bench_ppr.py --threads 1 --label ppr_cpu_t1
-    python benchmarks/bench_ppr.py --sizes 100000 --queries 1024 --profile --no-baselines
+    python benchmarks/ops/bench_ppr.py --threads 1 --label ppr_cpu_t1
+    python benchmarks/ops/bench_ppr.py --sizes 100000 --queries 1024 --profile --no-baselines
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 from _harness import Record, add_common_args, finish, measure  # noqa: E402
 
 from hpengine.graph import HyperGraph  # noqa: E402

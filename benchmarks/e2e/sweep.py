@@ -1,7 +1,7 @@
 """Sweep one retriever's settings on the dev questions (no LLM): one index load per dataset,
 one run per variant, R@2 / R@5 printed as a markdown table.
 
-    python benchmarks/sweep.py --data-root ../shared/data --index-root IDX --retriever ppr \\
+    python benchmarks/e2e/sweep.py --data-root ../shared/data --index-root IDX --retriever ppr \\
         --variants "" "engine.damping=0.5" "engine.link_threshold=0.7 engine.seed_weighting=similarity"
 
 A variant is a space-separated list of ``engine.FIELD=VALUE`` / ``retrieval.FIELD=VALUE``
@@ -10,13 +10,15 @@ overrides (the syntax of bench_qa.py --set); "" is the defaults. --out saves eve
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 
-from bench_qa import DATASETS, _apply
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
+from _harness import write_json  # noqa: E402
+from _presets import DATASETS, apply_overrides  # noqa: E402
 
 
 def main() -> None:
@@ -49,8 +51,8 @@ def main() -> None:
         questions = load_questions(str(Path(args.data_root) / name / "dev.json"))
         for variant in args.variants:
             sets = shlex.split(variant)
-            engine = Engine(index, encoder, _apply(RetrievalConfig(), sets, "retrieval"),
-                            _apply(config_class(), sets, "engine"))
+            engine = Engine(index, encoder, apply_overrides(RetrievalConfig(), sets, "retrieval"),
+                            apply_overrides(config_class(), sets, "engine"))
             start = time.perf_counter()
             res = evaluate(engine, questions, EvalConfig(max_questions=args.max_questions, batch_size=args.batch_size),
                            progress=False)
@@ -64,7 +66,7 @@ def main() -> None:
     for r in rows:
         print(f"| {r[0]} | `{r[1]}` | {r[2]:.3f} | {r[3]:.3f} | {r[4]} | {r[5]:.1f} |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+        write_json({"args": vars(args), "results": results}, args.out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Dense retrieval as a module: top-k keys by cosine, scores differentiable."""
+"""Differentiable dense top-k as a module: top-k keys by cosine, scores differentiable."""
 from __future__ import annotations
 
 import torch
@@ -11,7 +11,7 @@ from hpengine.sparse import inverse_or_zero
 _OVER = ("passages", "facts", "entities")
 
 
-class DenseRetriever(IndexModule):
+class DifferentiableDense(IndexModule):
     """Top-``k`` keys (passages, facts or entity names) by cosine with each query.
 
     The ids come from :func:`hpengine.retrieval.dense_topk` (exact, chunked over the keys, under
@@ -19,6 +19,9 @@ class DenseRetriever(IndexModule):
     selected keys recomputed differentiably, ``<q/|q|, key_i/|key_i|>`` in the queries' dtype
     (float32 for half inputs), so gradients reach the query embeddings and, when ``keys`` is
     trainable, the selected keys' embeddings.
+
+    Not the engine's ``dense`` method (:class:`hpengine.pipeline.retrievers.DenseRetriever`, question
+    text in, ranked passages and answers out): this takes query embeddings and trains.
 
     Args:
         keys: float ``[N, D]`` key embeddings (registered as the buffer ``keys``).
@@ -30,7 +33,7 @@ class DenseRetriever(IndexModule):
         forward: ``[Q, D] -> ids [Q, k], scores [Q, k]``.
 
     Example:
-        >>> m = DenseRetriever(torch.eye(3), k=2)
+        >>> m = DifferentiableDense(torch.eye(3), k=2)
         >>> m(torch.tensor([[1.0, 0.5, 0.0]])).ids
         tensor([[0, 1]])
     """
@@ -50,7 +53,7 @@ class DenseRetriever(IndexModule):
         self._add_tensor("keys", keys)
 
     @classmethod
-    def from_index(cls, index, over: str = "passages", k: int = 5, **kwargs) -> "DenseRetriever":
+    def from_index(cls, index, over: str = "passages", k: int = 5, **kwargs) -> "DifferentiableDense":
         """Over ``index.passage_emb`` (default), ``index.fact_emb`` or ``index.entity_emb``."""
         if over not in _OVER:
             raise ValueError(f"over must be one of {list(_OVER)} (got {over!r})")

@@ -4,10 +4,10 @@
 # run in progress continues from its last finished batch (OUT_DIR/checkpoints/, eval.checkpoint).
 # RETRIEVERS picks the methods (default: hyperprove dense).
 #
-#   bash benchmarks/run_llm100.sh DATA_ROOT INDEX_ROOT LLM_DIR OUT_DIR [N=100] [extra bench_qa.py args]
-#   RETRIEVERS=ppr bash benchmarks/run_llm100.sh ...
+#   bash benchmarks/e2e/run_llm100.sh DATA_ROOT INDEX_ROOT LLM_DIR OUT_DIR [N=100] [extra bench_qa.py args]
+#   RETRIEVERS=ppr bash benchmarks/e2e/run_llm100.sh ...
 #
-# e.g. bash benchmarks/run_llm100.sh ../shared/data IDX ~/.cache/hpengine/models/qwen2.5-coder-1.5b llm100
+# e.g. bash benchmarks/e2e/run_llm100.sh ../shared/data IDX ~/.cache/hpengine/models/qwen2.5-coder-1.5b llm100
 set -u
 data=$1 idx=$2 llm=$3 out=$4 n=${5:-100}
 shift $(( $# < 5 ? $# : 5 ))
