@@ -10,8 +10,11 @@ from hpengine.eval._metrics import (
 )
 from hpengine.eval._questions import Question, load_questions
 from hpengine.eval._report import build_report, default_report_path, write_report
+from hpengine.eval._report_data import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION
 
 __all__ = [
+    "EVAL_FORMAT_NAME",
+    "EVAL_FORMAT_VERSION",
     "Question",
     "build_report",
     "default_report_path",

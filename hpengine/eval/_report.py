@@ -1,12 +1,16 @@
 """Evaluation reports: ``hpengine eval`` outputs in, one self-contained HTML page out.
 
-The page (:func:`build_report`) holds a summary table (one row per run), Recall@k curves
-(k = 1..10), a breakdown by question type, the per-hop funnel of runs with diagnostics and a
+The page (:func:`build_report`) holds a summary table (one row per run, with the Recall@k ceiling
+that gold passages missing from the index impose), Recall@k curves (k = 1..10), a breakdown by
+question type, the per-hop funnel of runs with diagnostics (or how to record it) and a
 per-question browser. Plots are matplotlib figures inlined as SVG; the browser is a small
 inline script over the runs' records embedded as JSON. Nothing is fetched when the page opens.
 
 This module computes the numbers; ``_report_plots`` draws them and ``_report_page`` lays out
 the HTML. Library code: no Hydra, explicit arguments.
+
+Run files are read in one format only: ``"format": "hpengine-eval"`` at ``"format_version"``
+:data:`EVAL_FORMAT_VERSION`, as ``evaluate()`` writes it; any other is refused (rerun the eval).
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hpengine.eval._report_data import CURVE_KS, TABLE_KS, ReportData, Run
+from hpengine.eval._report_data import (CURVE_KS, EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION, TABLE_KS, ReportData,
+                                        Run)
 
 #: Run-file keys a report needs; anything else is optional.
 _REQUIRED_KEYS = ("num_questions", "records")
@@ -42,8 +47,9 @@ def load_run(path: str | os.PathLike) -> dict:
 
     Raises:
         hpengine.errors.InputNotFoundError: the file does not exist.
-        hpengine.errors.UserError: a folder, unreadable, not UTF-8, not JSON, or not an eval output
-            (names the file, the record index and the field).
+        hpengine.errors.UserError: a folder, unreadable, not UTF-8, not JSON, not an eval output of
+            this format version (:func:`check_format`), or a field of the wrong type (names the file,
+            the record index and the field).
     """
     from hpengine.errors import InputNotFoundError, UserError, utf8_error
 
@@ -129,8 +135,9 @@ _PATH_STATS = ("questions", "paths_per_question", "distinct_paths_per_question",
 
 
 def check_run(result: Any, where: str = "run", *, finite: bool = False) -> None:
-    """Check that ``result`` is an ``evaluate()`` output with the right type in every field the report
-    reads (top-level metrics, ``config``, each record's answer, ranking, gold ranks, chain).
+    """Check that ``result`` is an ``evaluate()`` output of this format version (:data:`EVAL_FORMAT_VERSION`)
+    with the right type in every field the report reads (top-level metrics, ``config``, each record's
+    answer, ranking, gold ranks, gold passages in the index, chain).
 
     Args:
         result: the parsed run.
@@ -146,6 +153,7 @@ def check_run(result: Any, where: str = "run", *, finite: bool = False) -> None:
     if not isinstance(result, dict):
         raise UserError(f"{where}: expected the JSON object written by `hpengine eval output=...` "
                         f"(got {type(result).__name__})")
+    check_format(result, where)
     missing = [k for k in _REQUIRED_KEYS if k not in result]
     if missing:
         raise UserError(f"{where}: not an `hpengine eval` output: missing key(s) {', '.join(missing)} "
@@ -192,6 +200,29 @@ def check_run(result: Any, where: str = "run", *, finite: bool = False) -> None:
                             f"question twice; each record is one question)")
 
 
+def check_format(result: dict, where: str = "run") -> None:
+    """Refuse a result without the marker ``"format": "hpengine-eval"`` at ``"format_version"``
+    :data:`EVAL_FORMAT_VERSION` (an older hpengine's output, or not an eval output): one line naming
+    ``where`` that says to rerun the eval.
+
+    Raises:
+        hpengine.errors.UserError: no marker, another format or another version.
+    """
+    from hpengine import __version__
+    from hpengine.errors import UserError
+
+    name, version = result.get("format"), result.get("format_version")
+    if name == EVAL_FORMAT_NAME and version == EVAL_FORMAT_VERSION and type(version) is int:
+        return
+    if name is None and version is None:
+        got = "no format marker: written by an older hpengine, or not an eval output"
+    else:
+        got = f"format {name!r}, version {version!r}"
+    raise UserError(f"{where}: not an `hpengine eval` output of format {EVAL_FORMAT_NAME!r} version "
+                    f"{EVAL_FORMAT_VERSION}, the one this hpengine reads; rerun `hpengine eval ... output=FILE` "
+                    f"with hpengine {__version__} (got {got})")
+
+
 def _check_record(c: _Checker, i: int, rec: Any) -> None:
     at = f"records[{i}]"
     if not isinstance(rec, dict):
@@ -208,12 +239,16 @@ def _check_record(c: _Checker, i: int, rec: Any) -> None:
     if rec.get("gold") is not None:
         c.texts(f"{at}.gold", rec["gold"], "answer strings")
     c.texts(f"{at}.retrieved", rec.get("retrieved", []), "passage titles")
-    if rec.get("gold_ranks") is not None:
-        c.listing(f"{at}.gold_ranks", rec["gold_ranks"], "ranks (integers or null)")
-        for j, rank in enumerate(rec["gold_ranks"]):
-            c.number(f"{at}.gold_ranks[{j}]", rank, integer=True)
-            if rank is not None and rank < 0:
-                c.fail(f"{at}.gold_ranks[{j}]", "a rank >= 0 or null", rank)
+    c.listing(f"{at}.gold_ranks", rec.get("gold_ranks"), "ranks (integers or null)")
+    for j, rank in enumerate(rec["gold_ranks"]):
+        c.number(f"{at}.gold_ranks[{j}]", rank, integer=True)
+        if rank is not None and rank < 0:
+            c.fail(f"{at}.gold_ranks[{j}]", "a rank >= 0 or null", rank)
+    num_gold = len(rec["gold_ranks"])
+    c.number(f"{at}.gold_in_index", rec.get("gold_in_index"), integer=True, optional=False)
+    if not 0 <= rec["gold_in_index"] <= num_gold:
+        c.fail(f"{at}.gold_in_index", f"the number of its {num_gold} gold passages that are in the index, "
+                                      f"0..{num_gold}", rec["gold_in_index"])
     for key, value in rec.items():
         if key in _RECORD_NUMBERS or str(key).startswith("recall@"):
             c.number(f"{at}.{key}", value)
@@ -335,25 +370,6 @@ def _gold_keys(question) -> list:
     return list(dict.fromkeys((t.strip(), x.strip()) for t, x in question.gold_passages))
 
 
-def gold_ranks_from_titles(retrieved: list, gold: list) -> list:
-    """Approximate ``gold_ranks`` for run files written before the field existed: each gold
-    passage takes the first not-yet-taken position whose title equals its title. Exact when
-    titles are unique (2Wiki, HotpotQA); MuSiQue repeats titles, where a same-titled other
-    paragraph can be counted as the gold one.
-
-    Example:
-        >>> gold_ranks_from_titles(["A", "B", "A"], [("A", "a1"), ("A", "a2"), ("C", "c")])
-        [0, 2, None]
-    """
-    taken, ranks = set(), []
-    for title, _ in gold:
-        rank = next((i for i, t in enumerate(retrieved) if t == title and i not in taken), None)
-        if rank is not None:
-            taken.add(rank)
-        ranks.append(rank)
-    return ranks
-
-
 def recall_from_ranks(ranks: list, k: int) -> float:
     """``|gold in top-k| / |gold|`` from the 0-based ranks of the gold passages (``None``: not
     retrieved); ``nan`` without gold, like :func:`hpengine.eval.recall_at_k`.
@@ -367,44 +383,44 @@ def recall_from_ranks(ranks: list, k: int) -> float:
     return sum(r is not None and r < k for r in ranks) / len(ranks)
 
 
-def record_ranks(record: dict, question) -> tuple:
-    """``(ranks, source)``: ``gold_ranks`` recorded by ``evaluate()`` ("ranks"), else matched by title
-    against the question file's gold passages ("titles"), else ``(None, "none")``."""
-    if isinstance(record.get("gold_ranks"), list):
-        return record["gold_ranks"], "ranks"
-    if question is not None:
-        return gold_ranks_from_titles(record.get("retrieved", []), _gold_keys(question)), "titles"
-    return None, "none"
-
-
 def _mean(values: list) -> float | None:
     """The mean of the finite values; ``None`` when there are none (undefined: shown as "–")."""
     values = [v for v in values if v is not None and math.isfinite(v)]
     return sum(values) / len(values) if values else None
 
 
-def recall_curves(runs: list, questions: dict) -> tuple:
-    """``(curves, source)``: Recall@k for ``CURVE_KS`` per run, averaged over questions with gold
-    (``None`` entries where no run record allows it), and the least exact source used."""
-    curves, sources = [], set()
-    for run in runs:
-        per_k = {k: [] for k in CURVE_KS}
-        for rec in run.records:
-            ranks, source = record_ranks(rec, questions.get(str(rec["id"])))
-            sources.add(source)
-            if ranks is None:
-                continue
-            for k in CURVE_KS:
-                per_k[k].append(recall_from_ranks(ranks, k))
-        curves.append([_mean(per_k[k]) for k in CURVE_KS])
-    source = "none" if "none" in sources else "titles" if "titles" in sources else "ranks"
-    return curves, source
+def recall_curves(runs: list) -> list:
+    """Recall@k for ``CURVE_KS`` per run from the records' ``gold_ranks``, averaged over the
+    questions with gold (``None`` entries when no question has gold)."""
+    return [[_mean([recall_from_ranks(r["gold_ranks"], k) for r in run.records]) for k in CURVE_KS]
+            for run in runs]
+
+
+def gold_missing(record: dict) -> int:
+    """How many of the record's gold passages are not in the index (never retrieved by any method)."""
+    return len(record["gold_ranks"]) - record["gold_in_index"]
+
+
+def recall_ceiling(records: list) -> tuple:
+    """``(ceiling, questions)``: the highest Recall@k any method could reach on the index of these
+    records (the mean over questions with gold of the share of their gold passages that are in the
+    index; ``None`` when no question has gold), and how many questions have gold passages that are
+    not in the index.
+
+    Example:
+        >>> recall_ceiling([{"gold_ranks": [0, None], "gold_in_index": 1},
+        ...                 {"gold_ranks": [None], "gold_in_index": 1}, {"gold_ranks": [], "gold_in_index": 0}])
+        (0.75, 1)
+    """
+    shares = [r["gold_in_index"] / len(r["gold_ranks"]) for r in records if r["gold_ranks"]]
+    return _mean(shares), sum(gold_missing(r) > 0 for r in records)
 
 
 def summary_rows(runs: list, curves: list) -> list:
     """One row per run. Recall@k, EM and F1 are the run file's own top-level values where it has them
     (``recall@2``, ``recall@5`` by default); other cut-offs come from the curve, with
-    ``recall_source[k] = "curve"``."""
+    ``recall_source[k] = "curve"``. ``recall_ceiling`` and ``gold_not_in_index``: see
+    :func:`recall_ceiling`."""
     rows = []
     for run, curve in zip(runs, curves):
         r = run.result
@@ -414,10 +430,12 @@ def summary_rows(runs: list, curves: list) -> list:
                 recall[k], source[k] = r[f"recall@{k}"], "run"
             else:
                 recall[k], source[k] = (curve[CURVE_KS.index(k)] if k in CURVE_KS else None), "curve"
+        ceiling, lacking = recall_ceiling(run.records)
         rows.append({
             "name": run.name, "path": run.path, "method": run_label(r),
             "questions": r.get("num_questions", len(run.records)),
             "recall": recall, "recall_source": source,
+            "recall_ceiling": ceiling, "gold_not_in_index": lacking,
             "em": r.get("em"), "f1": r.get("f1"),
             "questions_per_second": r.get("questions_per_second"), "wall_seconds": r.get("wall_seconds"),
             "seconds": dict(r.get("seconds") or {}),
@@ -447,9 +465,10 @@ def facet_breakdown(runs: list, facets_by_id: dict) -> dict:
 
 
 def _record_recall5(rec: dict) -> float | None:
+    """The record's ``recall@5``; from its ranks when the run's ``eval.recall_ks`` left it out."""
     if "recall@5" in rec:
         return rec["recall@5"]
-    if rec.get("gold_ranks"):  # [] (no gold): undefined, like evaluate()'s null recall
+    if rec["gold_ranks"]:  # [] (no gold): undefined, like evaluate()'s null recall
         return recall_from_ranks(rec["gold_ranks"], 5)
     return None
 
@@ -458,8 +477,10 @@ def _record_recall5(rec: dict) -> float | None:
 
 
 def browser_records(runs: list, questions: dict, facets_by_id: dict) -> list:
-    """Per question (first run's order): id, text, gold answers and passages, facets, and per run the
-    answer, EM/F1, Recall@5, ranked passages with gold marks and the evidence chain."""
+    """Per question (first run's order): id, text, gold answers and passages, facets, whether some run's
+    index lacks a gold passage (``gold_not_in_index``), and per run the answer, EM/F1, Recall@5,
+    gold passages not in its index (``gold_missing``), ranked passages with gold marks and the
+    evidence chain."""
     by_run = [{str(r["id"]): r for r in run.records} for run in runs]
     out = []
     for rec0 in runs[0].records:
@@ -470,20 +491,19 @@ def browser_records(runs: list, questions: dict, facets_by_id: dict) -> list:
                  "facets": facets_by_id.get(qid, {}),
                  "passages": [[t, x] for t, x in _gold_keys(q)] if q else [], "runs": []}
         for lookup in by_run:
-            rec = lookup.get(qid, {})
-            ranks, _ = record_ranks(rec, q)
-            marks = dict.fromkeys(r for r in (ranks or ()) if r is not None)
+            rec = lookup[qid]  # same question sets: check_same_questions
+            marks = dict.fromkeys(r for r in rec["gold_ranks"] if r is not None)
             entry["runs"].append({
                 "answer": rec.get("prediction", ""), "em": rec.get("em"), "f1": rec.get("f1"),
                 "notes": [str(n) for n in rec.get("notes", [])],
-                "recall5": _record_recall5(rec) if _record_recall5(rec) is not None
-                else (recall_from_ranks(ranks, 5) if ranks else None),
+                "recall5": _record_recall5(rec), "gold_missing": gold_missing(rec),
                 "ranked": [[t, i in marks] for i, t in enumerate(rec.get("retrieved", []))],
                 "chain": [{"subquery": h.get("subquery", ""), "answer": h.get("answer", ""),
                            "facts": [{k: f.get(k) for k in ("title", "text", "score", "distance")}
                                      for f in h.get("facts", [])],
                            "linked": list(h.get("linked", []))} for h in rec.get("chain", [])],
             })
+        entry["gold_not_in_index"] = any(r["gold_missing"] for r in entry["runs"])
         out.append(entry)
     return out
 
@@ -502,6 +522,18 @@ def _questions_path(result: dict, run_path: str) -> str | None:
         return str(builtin_questions_path())
     candidates = [given] if os.path.isabs(given) else [given, os.path.join(os.path.dirname(run_path), given)]
     return next((c for c in candidates if os.path.isfile(c)), None)
+
+
+def run_warnings(runs: list) -> list:
+    """What ``evaluate()`` warned about (e.g. gold passages missing from the index), each warning once
+    with the runs it applies to: ``"dense, ppr: ..."``, or ``"all runs: ..."`` when every one of
+    several runs has it."""
+    by_text: dict = {}
+    for run in runs:
+        for warning in run.result.get("warnings") or []:
+            by_text.setdefault(str(warning), {})[run.name] = None
+    return [f"{'all runs' if len(names) == len(runs) > 1 else ', '.join(names)}: {text}"
+            for text, names in by_text.items()]
 
 
 def collect(runs: list, questions: list | None = None, questions_path: str | None = None) -> ReportData:
@@ -526,20 +558,13 @@ def collect(runs: list, questions: list | None = None, questions_path: str | Non
                          f"(pass questions=PATH)" if given else
                          "the run has no question file in its config: gold passages are not shown")
             questions = []
-    for run in runs:  # what evaluate() warned about (e.g. gold passages missing from the index)
-        notes += [f"{run.name}: {w}" for w in run.result.get("warnings") or []]
+    notes += run_warnings(runs)
     by_id = {q.id: q for q in questions}
     facets_by_id = {str(r["id"]): question_type(str(r["id"]), by_id[str(r["id"])].meta
                                                 if str(r["id"]) in by_id else None) for r in runs[0].records}
-    curves, source = recall_curves(runs, by_id)
-    if source == "titles":
-        notes.append("Recall@k curves (and R@k not in the run files) match gold passages by title: these runs "
-                     "predate `gold_ranks` in the records. Exact where titles are unique (2Wiki, HotpotQA); "
-                     "MuSiQue repeats titles, where this can over-count.")
-    elif source == "none":
-        notes.append("Recall@k curves need `gold_ranks` in the records or the question file.")
+    curves = recall_curves(runs)
     return ReportData(runs=runs, rows=summary_rows(runs, curves), differing=differing_settings(runs),
-                      curves=curves, curve_source=source, facets=facet_breakdown(runs, facets_by_id),
+                      curves=curves, facets=facet_breakdown(runs, facets_by_id),
                       funnels=[run.result.get("hop_diagnostics") for run in runs],
                       questions=browser_records(runs, by_id, facets_by_id), notes=notes)
 
@@ -658,5 +683,6 @@ def write_report(runs: list, out: str | os.PathLike | None = None, **kwargs) -> 
     return out
 
 
-__all__ = ["ReportData", "Run", "build_report", "check_report_out", "check_run", "collect", "default_report_path",
-           "load_run", "write_report"]
+__all__ = ["EVAL_FORMAT_NAME", "EVAL_FORMAT_VERSION", "ReportData", "Run", "build_report", "check_format",
+           "check_report_out", "check_run", "collect", "default_report_path", "load_run", "recall_ceiling",
+           "write_report"]

@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 #: Cut-offs of the Recall@k curves; the summary table shows the ones in ``TABLE_KS``.
 CURVE_KS = tuple(range(1, 11))
 TABLE_KS = (1, 2, 5, 10)
+#: The marker of an ``hpengine eval`` output (``evaluate()``'s result and the file ``write_result``
+#: writes): ``{"format": EVAL_FORMAT_NAME, "format_version": EVAL_FORMAT_VERSION, ...}``. A report
+#: reads this version only; raise the version when a field the report reads changes meaning.
+EVAL_FORMAT_NAME = "hpengine-eval"
+EVAL_FORMAT_VERSION = 1
+
 
 @dataclass
 class Run:
@@ -35,20 +41,18 @@ class ReportData:
         runs: the runs, in the order given.
         rows: summary-table rows, one dict per run (see :func:`summary_rows`).
         differing: config keys whose values differ between the runs, ``{key: [value per run]}``.
-        curves: Recall@k for ``CURVE_KS``, one list per run (``None`` entries: not computable).
-        curve_source: how the curves were computed: ``"ranks"`` (exact, from ``gold_ranks``),
-            ``"titles"`` (approximate: gold passages matched by title) or ``"none"``.
+        curves: Recall@k for ``CURVE_KS`` from the records' ``gold_ranks``, one list per run
+            (``None`` entries: no question with gold).
         facets: question-type breakdowns, ``{facet: {value: [per-run {"n", "recall@5", "em"}]}}``.
         funnels: per run, its ``hop_diagnostics`` (``None`` when the run has none).
         questions: per question, the record for the browser (see :func:`browser_records`).
-        notes: remarks shown at the top of the page (approximations, missing files).
+        notes: remarks shown at the top of the page (missing files, the runs' warnings, each once).
     """
 
     runs: list
     rows: list
     differing: dict
     curves: list
-    curve_source: str
     facets: dict
     funnels: list
     questions: list

@@ -19,7 +19,7 @@ h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #e3e6ec;padding-bott
 font-size:12.5px}
 table{border-collapse:collapse;font-size:12.5px}th,td{border:1px solid #e3e6ec;padding:4px 7px;vertical-align:top}
 th{background:#f4f6f9;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.best{font-weight:700;background:#eef7ee}.approx{color:#8a6d00}.settings{font-family:ui-monospace,monospace;
+td.best{font-weight:700;background:#eef7ee}.settings{font-family:ui-monospace,monospace;
 font-size:11.5px;white-space:pre}
 .stages{font-family:ui-monospace,monospace;font-size:11.5px;min-width:180px}
 .plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.plots{display:flex;flex-wrap:wrap;gap:12px}
@@ -31,7 +31,7 @@ padding:6px 0;z-index:2;border-bottom:1px solid #e3e6ec}
 .qid{color:#5b6475;font-size:11.5px;margin-right:6px}.tag{display:inline-block;font-size:11px;padding:0 6px;
 border-radius:8px;background:#e8ecf3;margin-left:4px}
 .badge{display:inline-block;font-size:11px;padding:0 6px;border-radius:8px;margin-left:4px}
-.ok{background:#d8f0d8;color:#1c5e1c}.bad{background:#f6dada;color:#8a1f1f}
+.ok{background:#d8f0d8;color:#1c5e1c}.bad{background:#f6dada;color:#8a1f1f}.miss{background:#fff0c2;color:#6b5200}
 .body{padding:6px 12px 10px}.cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:12px}
 .col{border-left:3px solid #cfd6e2;padding-left:8px}.col h4{margin:4px 0}
 ol.ranked{margin:2px 0 6px 18px;padding:0}ol.ranked li.gold{color:#1c5e1c;font-weight:600}
@@ -51,6 +51,8 @@ const esc = s => String(s == null ? '' : s).replace(/[&<>"]/g, c => ENT[c]);
 // metrics: null (undefined, e.g. recall without gold) and non-finite ("n/a" in the data) print n/a
 const fmt = v => Number.isFinite(v) ? v.toFixed(3) : 'n/a';
 const solved = (q, j, m) => { const r = q.runs[j]; return m === 'em' ? r.em === 1 : r.recall5 === 1; };
+// the runs whose index lacks some of the question's gold passages (runs may use different indexes)
+const lacking = q => q.runs.map((r, j) => r.gold_missing > 0 ? R[j].name : null).filter(n => n !== null);
 let PAGE = 50, shown = PAGE, matches = [];
 for (const q of Q) q.hay = [q.id, q.question, q.gold.join(' '), ...q.runs.map(r => r.answer),
   ...q.passages.map(p => p[0])].join(' ').toLowerCase();
@@ -69,7 +71,11 @@ function card(q){
     + `EM ${fmt(r.em)}, F1 ${fmt(r.f1)}, R@5 ${fmt(r.recall5)}">${esc(R[j].name)} EM ${r.em === 1 ? '✓' : '✗'}`
     + ` R@5 ${fmt(r.recall5)}</span>`).join('');
   const tags = Object.entries(q.facets).map(([k, v]) => `<span class="tag">${esc(v)}</span>`).join('');
-  d.innerHTML = `<summary><span class="qid">${esc(q.id)}</span>${esc(q.question)}${tags}<br>${badges}</summary>`;
+  const names = lacking(q);
+  const miss = q.gold_not_in_index ? `<span class="badge miss" title="gold passages not in the index of `
+    + `${esc(names.length === R.length ? 'every run' : names.join(', '))}: no method can retrieve them">`
+    + 'gold not in index</span>' : '';
+  d.innerHTML = `<summary><span class="qid">${esc(q.id)}</span>${esc(q.question)}${tags}${miss}<br>${badges}</summary>`;
   d.addEventListener('toggle', () => {  // the body is built on first open: the DOM stays small
     if (d.open && !d.querySelector('.body')) d.insertAdjacentHTML('beforeend', body(q)); });
   return d;
@@ -83,6 +89,8 @@ function body(q){
     h += `<div class="col"><h4>${esc(R[j].name)}</h4><div><b>answer:</b> ${esc(r.answer)} `
       + `<span class="badge ${r.em === 1 ? 'ok' : 'bad'}">EM ${fmt(r.em)}</span> F1 ${fmt(r.f1)}</div>`
       + r.notes.map(n => `<div class="sub">note: ${esc(n)}</div>`).join('')
+      + (r.gold_missing > 0 ? `<div class="sub gm">${r.gold_missing} gold passage(s) not in this run's index: `
+        + 'never retrieved</div>' : '')
       + `<div><b>ranked passages</b> (R@5 ${fmt(r.recall5)}):</div><ol class="ranked">`
       + r.ranked.map(p => `<li class="${p[1] ? 'gold' : ''}">${esc(p[0])}</li>`).join('') + '</ol>';
     if (r.chain.length){ h += '<div><b>evidence chain</b></div>';
@@ -99,9 +107,11 @@ function body(q){
 function apply(){
   const text = $('f-search').value.trim().toLowerCase().split(/\s+/).filter(Boolean);
   const type = typeSel.value, a = $('f-a').value, b = $('f-b').value, m = $('f-metric').value;
+  const g = $('f-gold').value;
   const [fk, fv] = type ? [type.slice(0, type.indexOf('=')), type.slice(type.indexOf('=') + 1)] : [null, null];
   matches = Q.filter(q => text.every(w => q.hay.includes(w)) && (!fk || q.facets[fk] === fv)
-    && (a === '' || solved(q, +a, m)) && (b === '' || !solved(q, +b, m)));
+    && (a === '' || solved(q, +a, m)) && (b === '' || !solved(q, +b, m))
+    && (g === '' || (g === 'missing') === q.gold_not_in_index));
   shown = PAGE; render();
 }
 function render(){
@@ -111,7 +121,7 @@ function render(){
   $('more').style.display = matches.length > shown ? '' : 'none';
 }
 $('more').addEventListener('click', () => { shown += PAGE; render(); });
-for (const id of ['f-search', 'f-type', 'f-a', 'f-b', 'f-metric']) $(id).addEventListener('input', apply);
+for (const id of ['f-search', 'f-type', 'f-gold', 'f-a', 'f-b', 'f-metric']) $(id).addEventListener('input', apply);
 apply();
 })();
 """
@@ -189,6 +199,10 @@ def _paths_cell(stats: dict | None) -> str:
             f'{g("steps_per_path")} steps each, {stats["unanimous_votes"]} of {stats["questions"]} unanimous')
 
 
+_CEILING_TITLE = ("the highest Recall@k any method can reach on this run's index: the mean over questions with "
+                  "gold of the share of their gold passages that are in the index")
+
+
 def _summary_table(data: ReportData) -> str:
     e = html.escape
     cols = [f"R@{k}" for k in TABLE_KS] + ["EM", "F1"]
@@ -199,7 +213,10 @@ def _summary_table(data: ReportData) -> str:
         known = [v for v in values if v is not None and _finite(v)]
         best[c] = max(known) if len(known) > 1 else None
     head = ("<tr><th>run</th><th>method</th><th>settings that differ</th><th>questions</th>"
-            + "".join(f"<th>{c}</th>" for c in cols)
+            + "".join(f"<th>{c}</th>" for c in cols[:len(TABLE_KS)])
+            + f'<th title="{_CEILING_TITLE}">R@k ceiling</th>'
+              '<th title="questions with gold passages that are not in the index">gold not in index</th>'
+            + "".join(f"<th>{c}</th>" for c in cols[len(TABLE_KS):])
             + "<th>questions/s</th><th>wall s</th><th>seconds per stage</th><th>LLM tokens in / out</th>"
               "<th>peak RSS MiB</th><th>reasoning paths</th></tr>")
     body = []
@@ -212,10 +229,11 @@ def _summary_table(data: ReportData) -> str:
         for k in TABLE_KS:
             v = row["recall"][k]
             cls = "num best" if best[f"R@{k}"] is not None and v == best[f"R@{k}"] else "num"
-            approx = row["recall_source"][k] != "run" and data.curve_source == "titles"
             title = "from the records' ranks" if row["recall_source"][k] != "run" else "from the run file"
-            cells.append(f'<td class="{cls}{" approx" if approx else ""}" data-key="recall@{k}" title="{title}">'
-                         f'{"≈" if approx and v is not None else ""}{_metric(v)}</td>')
+            cells.append(f'<td class="{cls}" data-key="recall@{k}" title="{title}">{_metric(v)}</td>')
+        cells += [f'<td class="num" data-key="recall_ceiling" title="{_CEILING_TITLE}">'
+                  f'{_metric(row["recall_ceiling"])}</td>',
+                  f'<td class="num" data-key="gold_not_in_index">{_num(row["gold_not_in_index"])}</td>']
         for key, c in (("em", "EM"), ("f1", "F1")):
             cls = "num best" if best[c] is not None and row[key] == best[c] else "num"
             cells.append(f'<td class="{cls}" data-key="{key}">{_metric(row[key])}</td>')
@@ -245,6 +263,21 @@ def _funnel_tables(data: ReportData) -> str:
     return '<div class="plots">' + "".join(out) + "</div>"
 
 
+def _funnel_hint(data: ReportData) -> str:
+    """In place of a missing funnel: how to get it. Hop diagnostics are off by default (they copy each
+    hop's seeds and local subgraph to the host), so a default run has none."""
+    without = [run.name for run, hops in zip(data.runs, data.funnels) if not hops]
+    if not without:
+        return ""
+    if len(without) == len(data.runs):
+        what = "No run here records hop diagnostics, so there is no funnel to draw. To get it, rerun"
+    else:
+        what = f"Not in the funnel (no hop diagnostics recorded): {', '.join(without)}. To add a run, rerun it as"
+    return (f'<div class="note" id="funnel-hint">{html.escape(what)} a multi-hop method (HyperProve) with '
+            "<code>hpengine eval ... engine.diagnostics=true</code>. It is off by default: it copies each hop's "
+            "seeds and local subgraph to the host.</div>")
+
+
 def _plot(name: str, svg: str) -> str:
     return f'<div class="plot" data-plot="{html.escape(name)}">{svg}</div>'
 
@@ -262,22 +295,26 @@ def render_page(data: ReportData, title: str = "hpengine evaluation report") -> 
     parts += [f'<div class="note">{e(note)}</div>' for note in data.notes]
     parts.append("<h2 id=\"s-summary\">Summary</h2>" + _summary_table(data)
                  + '<div class="sub">Best value per column in bold. R@k, EM and F1 as in the run files; '
-                   "R@k cut-offs a run file does not hold are computed from its records' ranked passages.</div>")
+                   "R@k cut-offs a run file does not hold are computed from its records' ranked passages. "
+                   "R@k ceiling: the highest Recall@k any method can reach, since gold passages that are not in "
+                   "the index are never retrieved (1 when the index holds every gold passage).</div>")
     parts.append('<h2 id="s-recall">Recall@k</h2>'
                  + _plot("recall", recall_curve_svg(names, CURVE_KS, data.curves)))
     if data.facets:
         parts.append('<h2 id="s-types">By question type</h2><div class="plots">'
                      + "".join(_plot(f"facet-{facet}", facet_svg(facet, table, names))
                                for facet, table in data.facets.items()) + "</div>")
-    if any(data.funnels):
-        parts.append('<h2 id="s-funnel">Per-hop funnel</h2><div class="sub">Share of the gold passages reached '
-                     "by the dense seeds, the local subgraph, the selected facts, the linked articles and the "
-                     "chain so far (runs that record hop diagnostics: HyperProve with <code>engine.diagnostics=true</code>)."
-                     "</div>"
-                     + _plot("funnel", funnel_svg(names, data.funnels)) + _funnel_tables(data))
+    parts.append('<h2 id="s-funnel">Per-hop funnel</h2><div class="sub">Share of the gold passages reached '
+                 "by the dense seeds, the local subgraph, the selected facts, the linked articles and the "
+                 "chain so far, per hop.</div>" + _funnel_hint(data)
+                 + (_plot("funnel", funnel_svg(names, data.funnels)) + _funnel_tables(data) if any(data.funnels)
+                    else ""))
     parts.append('<h2 id="s-questions">Questions</h2><div id="controls">'
                  '<input id="f-search" type="search" placeholder="search questions, answers, titles, ids">'
                  '<select id="f-type" title="question type"></select>'
+                 '<select id="f-gold" title="questions whose gold passages are not all in the index">'
+                 '<option value="">any gold</option><option value="missing">gold not in index</option>'
+                 '<option value="present">all gold in index</option></select>'
                  'solved by <select id="f-a"></select> and not by <select id="f-b"></select>'
                  '<select id="f-metric"><option value="em">EM = 1</option>'
                  '<option value="r5">all gold passages in top 5</option></select>'

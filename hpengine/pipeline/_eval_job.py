@@ -101,7 +101,13 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
 
     A question without gold passages has ``recall@k`` None (JSON null) and is left out of the
     mean recall; gold passages that are not in the index count as not retrieved. Both are counted
-    (``questions_without_gold``, ``questions_with_gold_not_in_index``) and said in ``warnings``.
+    (``questions_without_gold``, ``questions_with_gold_not_in_index``) and said in ``warnings``;
+    each record has ``gold_ranks`` (per distinct gold passage, its rank or None) and
+    ``gold_in_index`` (how many of them the index holds), from which ``hpengine report`` draws
+    Recall@k for any k and its ceiling.
+
+    The result starts with the format marker ``"format": "hpengine-eval"``, ``"format_version"``
+    (:data:`hpengine.eval.EVAL_FORMAT_VERSION`), the one ``hpengine report`` reads.
 
     Raises:
         UserError: no questions (after ``eval_cfg.max_questions``).
@@ -109,7 +115,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
     from tqdm.auto import tqdm
 
     from hpengine.errors import UserError
-    from hpengine.eval import exact_match, f1_score, recall_at_k
+    from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION, exact_match, f1_score, recall_at_k
 
     if eval_cfg.max_questions:
         questions = questions[: eval_cfg.max_questions]
@@ -146,6 +152,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         gold = list(dict.fromkeys((t.strip(), x.strip()) for t, x in q.gold_passages))
         rec["gold_ranks"] = [retrieved.index(g) if g in retrieved else None for g in gold]
         missing = sum(g not in indexed for g in gold)
+        rec["gold_in_index"] = len(gold) - missing  # the report's Recall@k ceiling
         gold_missing += missing > 0
         missing_passages += missing
         if not gold:  # recall is undefined: null in the output, not in the mean (never NaN)
@@ -178,6 +185,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
             seconds[k] = seconds.get(k, 0.0) + v
     fallback = engine.decomposer.stats["fallback"] if engine.decomposer is not None else 0
     return {
+        "format": EVAL_FORMAT_NAME, "format_version": EVAL_FORMAT_VERSION,  # what `hpengine report` reads
         "num_questions": len(questions),
         "retriever": engine.method,
         "llm": bool(engine.reader is not None),
@@ -277,10 +285,13 @@ def _finite_or_null(obj, found: list):
 
 
 def write_result(result: dict, path: str) -> None:
-    """Write ``result`` as strict JSON (no NaN/Infinity), atomically. Non-finite numbers become
-    null and are said in ``result["warnings"]``."""
+    """Write ``result`` as strict JSON (no NaN/Infinity), atomically, starting with the eval format
+    marker (``evaluate()`` sets it; see :data:`hpengine.eval.EVAL_FORMAT_VERSION`). Non-finite numbers
+    become null and are said in ``result["warnings"]``."""
+    from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION
+
     found: list = []
-    clean = _finite_or_null(result, found)
+    clean = {"format": EVAL_FORMAT_NAME, "format_version": EVAL_FORMAT_VERSION, **_finite_or_null(result, found)}
     if found:
         clean.setdefault("warnings", []).append(f"{len(found)} non-finite numbers (NaN/inf) written as null")
         result["warnings"] = clean["warnings"]

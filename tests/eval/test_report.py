@@ -1,14 +1,14 @@
 """``hpengine report`` on small made-up run files: table values, plots, refusals, the browser data."""
 import json
-import random
 import re
 from html.parser import HTMLParser
 
 import pytest
 
-from hpengine.eval import recall_at_k
-from hpengine.eval._report import (build_report, default_report_path, gold_ranks_from_titles, question_type,
-                                   recall_from_ranks, write_report)
+from hpengine.errors import UserError
+from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION, recall_at_k
+from hpengine.eval._report import (build_report, collect, default_report_path, make_runs, question_type,
+                                   recall_ceiling, recall_from_ranks, write_report)
 from hpengine.pipeline._report_job import report_main
 from hpengine.pipeline.cli import main
 
@@ -26,8 +26,15 @@ def _questions(path):
     return path
 
 
-def _run(retriever, ranked, em, questions_path, diagnostics=False, gold_ranks=True, **config):
-    """An eval output as ``evaluate()`` + ``run_eval()`` write it, for ranked titles per question."""
+def eval_output(**fields) -> dict:
+    """``fields`` as an ``hpengine eval`` output of the format version the report reads."""
+    return {"format": EVAL_FORMAT_NAME, "format_version": EVAL_FORMAT_VERSION, **fields}
+
+
+def _run(retriever, ranked, em, questions_path, diagnostics=False, not_in_index=None, **config):
+    """An eval output as ``evaluate()`` + ``run_eval()`` write it, for ranked titles per question;
+    ``not_in_index``: ``{question id: gold passages the index lacks}`` (never ranked)."""
+    not_in_index = not_in_index or {}
     records = []
     for qid, titles in ranked.items():
         gold = GOLD[qid]
@@ -38,13 +45,14 @@ def _run(retriever, ranked, em, questions_path, diagnostics=False, gold_ranks=Tr
                           "facts": [{"text": "a fact", "title": titles[0], "passage": 0, "score": 0.5,
                                      "distance": -1}], "linked": titles[1:2]}],
                "em": float(em[qid]), "f1": float(em[qid])}
-        if gold_ranks:
-            rec["gold_ranks"] = [pairs.index(g) if g in pairs else None for g in gold]
+        rec["gold_ranks"] = [pairs.index(g) if g in pairs else None for g in gold]
+        rec["gold_in_index"] = len(gold) - not_in_index.get(qid, 0)
         for k in (2, 5):
             rec[f"recall@{k}"] = recall_at_k(pairs, gold, k)
         records.append(rec)
     n = len(records)
-    result = {"num_questions": n, "retriever": retriever, "llm": False,
+    result = {"format": EVAL_FORMAT_NAME, "format_version": EVAL_FORMAT_VERSION,
+              "num_questions": n, "retriever": retriever, "llm": False,
               "em": round(sum(r["em"] for r in records) / n, 4), "f1": round(sum(r["f1"] for r in records) / n, 4),
               "recall@2": round(sum(r["recall@2"] for r in records) / n, 4),
               "recall@5": round(sum(r["recall@5"] for r in records) / n, 4),
@@ -166,11 +174,9 @@ def test_every_plot_is_present_and_the_page_is_self_contained(runs, tmp_path):
 
 
 def test_recall_curve_from_the_ranked_lists(runs):
-    from hpengine.eval._report import collect, make_runs
-
     paths, results = runs
     data = collect(make_runs(results, [str(p) for p in paths]))
-    assert data.curve_source == "ranks" and not data.notes
+    assert not data.notes
     for result, curve in zip(results, data.curves):
         for k, value in zip(range(1, 11), curve):
             assert value == pytest.approx(_mean([recall_from_ranks(r["gold_ranks"], k) for r in result["records"]]))
@@ -196,28 +202,6 @@ def test_browser_data_marks_gold_passages(runs):
     assert [q["id"] for q in data["questions"]] == ["q1", "q2", "q3", "q4"]
 
 
-def test_old_run_files_fall_back_to_titles_with_a_note(tmp_path):
-    qpath = _questions(tmp_path / "dev.json")
-    result = _run("dense", DENSE, dict.fromkeys(GOLD, 0), qpath, gold_ranks=False)
-    page = build_report([result])
-    assert "match gold passages by title" in page
-    marks = [gold for _, gold in _data(page)["questions"][0]["runs"][0]["ranked"]]
-    assert marks == [True, False, False, False, False, False, True]
-    assert "≈" in _cells(page)[0, "recall@1"]
-
-
-def test_titles_fallback_equals_recall_at_k_where_titles_are_unique():
-    rng = random.Random(0)
-    titles = [f"T{i}" for i in range(12)]
-    for _ in range(200):
-        retrieved = rng.sample(titles, rng.randint(0, 10))
-        gold = [(t, f"{t} text") for t in rng.sample(titles, rng.randint(1, 4))]
-        pairs = [(t, f"{t} text") for t in retrieved]
-        ranks = gold_ranks_from_titles(retrieved, gold)
-        for k in (1, 2, 5, 10):
-            assert recall_from_ranks(ranks, k) == recall_at_k(pairs, gold, k)
-
-
 def test_question_facets():
     assert question_type("2hop__1_2", None) == {"hops": "2-hop"}
     assert question_type("4hop3__1_2_3_4", {}) == {"hops": "4-hop"}
@@ -241,10 +225,13 @@ def test_different_question_sets_are_refused(runs, tmp_path, capsys):
 
 @pytest.mark.parametrize("content, expected", [
     ("{not json", "invalid JSON at line 1"),
-    (json.dumps({"em": 1.0}), "not an `hpengine eval` output: missing key(s) num_questions, records"),
+    (json.dumps({"em": 1.0}), "rerun `hpengine eval ... output=FILE` with hpengine"),
+    (json.dumps(eval_output(em=1.0)), "not an `hpengine eval` output: missing key(s) num_questions, records"),
     (json.dumps([1, 2]), "expected the JSON object written by `hpengine eval output=...` (got list)"),
-    (json.dumps({"num_questions": 1, "records": [{"x": 1}]}), "records[0] must be an object with an 'id' (got keys x)"),
-    (json.dumps({"num_questions": 1, "records": "q1"}), "records must be a list of objects with an 'id' (got str)"),
+    (json.dumps(eval_output(num_questions=1, records=[{"x": 1}])),
+     "records[0] must be an object with an 'id' (got keys x)"),
+    (json.dumps(eval_output(num_questions=1, records="q1")),
+     "records must be a list of objects with an 'id' (got str)"),
 ])
 def test_bad_run_files_give_one_line(tmp_path, capsys, content, expected):
     bad = tmp_path / "bad.json"
@@ -291,7 +278,8 @@ def test_a_missing_question_file_is_a_note_not_an_error(runs, tmp_path):
     result = dict(results[0], config=dict(results[0]["config"], questions=str(tmp_path / "gone.json")))
     page = build_report([result])
     assert "not found" in page and _data(page)["questions"][0]["passages"] == []
-    assert "≈" not in page  # the ranks recorded in the run still give exact curves
+    # the ranks recorded in the run still give the curve and the table
+    assert _cells(page)[0, "recall@1"] == _cells(build_report([results[0]]))[0, "recall@1"]
 
 
 def test_demo_writes_its_report(tmp_path, capsys):
@@ -339,9 +327,158 @@ def test_questions_without_gold_are_left_out_of_recall(runs):
     _, (dense, _) = runs
     run = json.loads(json.dumps(dense))
     for rec in run["records"][:2]:  # as evaluate() writes a question without gold passages
-        rec.update({"gold_ranks": [], "recall@2": None, "recall@5": None})
+        rec.update({"gold_ranks": [], "gold_in_index": 0, "recall@2": None, "recall@5": None})
         del rec["recall@5"]
     page = build_report([run], questions=[])
     data = _data(page)  # strict JSON: no NaN
     assert data["questions"][0]["runs"][0]["recall5"] is None
     assert "NaN" not in page
+
+
+# --- the run-file format -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("marker, got", [
+    ({}, "no format marker"),
+    ({"format_version": EVAL_FORMAT_VERSION + 1}, f"version {EVAL_FORMAT_VERSION + 1}"),
+    ({"format_version": 0}, "version 0"),
+    ({"format": "hpengine-index"}, "format 'hpengine-index'"),
+    ({"format_version": str(EVAL_FORMAT_VERSION)}, f"version '{EVAL_FORMAT_VERSION}'"),
+])
+def test_a_run_file_of_another_format_version_is_refused(runs, tmp_path, capsys, marker, got):
+    paths, (dense, _) = runs
+    old = {k: v for k, v in dense.items() if k not in ("format", "format_version")}
+    old = {**old, **{k: v for k, v in eval_output().items() if k not in marker}, **marker} if marker else old
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    with pytest.raises(SystemExit) as exc:
+        report_main([str(paths[0]), str(path), f"out={tmp_path / 'r.html'}"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"hpengine: error: {path}: "), err
+    assert "rerun `hpengine eval ... output=FILE` with hpengine" in err and got in err, err
+    assert not (tmp_path / "r.html").exists()
+    with pytest.raises(UserError, match="rerun `hpengine eval"):  # an in-memory result the same
+        build_report([old])
+
+
+def test_records_need_gold_ranks_and_gold_in_index(runs):
+    _, (dense, _) = runs
+    for key, value, expected in (("gold_ranks", None, "records[0].gold_ranks must be a list of ranks"),
+                                 ("gold_in_index", None, "records[0].gold_in_index must be an integer (got null)"),
+                                 ("gold_in_index", 3, "records[0].gold_in_index must be the number of its 2 gold")):
+        run = json.loads(json.dumps(dense))
+        run["records"][0][key] = value
+        with pytest.raises(UserError, match=re.escape(expected)):
+            build_report([run])
+
+
+# --- gold passages that are not in the index -----------------------------------------------------
+
+
+def test_questions_with_gold_not_in_the_index_are_marked_with_the_ceiling(tmp_path):
+    qpath = _questions(tmp_path / "dev.json")
+    # q1 lacks one of its 2 gold passages (Ann, never ranked), q4 its only one (E)
+    ranked = {**DENSE, "q1": ["Film A", "X"]}
+    lacking = _run("dense", ranked, dict.fromkeys(GOLD, 0), qpath, not_in_index={"q1": 1, "q4": 1})
+    complete = _run("hyperprove", HYPER, dict.fromkeys(GOLD, 0), qpath)
+    assert recall_ceiling(lacking["records"]) == (pytest.approx((0.5 + 1 + 1 + 0) / 4), 2)
+    assert recall_ceiling(complete["records"]) == (1.0, 0)
+    page = build_report([lacking, complete])
+    cells = _cells(page)
+    assert (cells[0, "recall_ceiling"], cells[0, "gold_not_in_index"]) == ("0.625", "2")
+    assert (cells[1, "recall_ceiling"], cells[1, "gold_not_in_index"]) == ("1.000", "0")
+    # no Recall@k exceeds the ceiling
+    data = collect(make_runs([lacking, complete]))
+    assert max(v for v in data.curves[0] if v is not None) <= 0.625
+    questions = _data(page)["questions"]
+    assert [q["gold_not_in_index"] for q in questions] == [True, False, False, True]
+    assert [q["runs"][0]["gold_missing"] for q in questions] == [1, 0, 0, 1]
+    assert [q["runs"][1]["gold_missing"] for q in questions] == [0, 0, 0, 0]
+    assert 'id="f-gold"' in page and "gold not in index" in page
+
+
+def test_recall_ceiling_without_gold_is_undefined():
+    assert recall_ceiling([{"gold_ranks": [], "gold_in_index": 0}]) == (None, 0)
+
+
+def test_each_warning_is_shown_once_naming_its_runs(runs):
+    _, (dense, hyper) = runs
+    shared = "2 of 4 questions have gold passages that are not in the index (2 passages): they count as not retrieved"
+    results = []
+    for j, base in enumerate((dense, hyper, dense)):
+        run = json.loads(json.dumps(base))
+        run["warnings"] = [shared] + (["1 non-finite numbers (NaN/inf) written as null"] if j < 2 else [])
+        results.append(run)
+    page = build_report(results, names=["a", "b", "c"])
+    assert page.count(shared) == 1 and f"all runs: {shared}" in page
+    assert page.count("written as null") == 1 and "a, b: 1 non-finite numbers" in page
+    data = collect(make_runs(results, names=["a", "b", "c"]))
+    assert data.notes == [f"all runs: {shared}", "a, b: 1 non-finite numbers (NaN/inf) written as null"]
+
+
+# --- the per-hop funnel --------------------------------------------------------------------------
+
+
+def test_runs_without_hop_diagnostics_say_how_to_get_the_funnel(runs):
+    _, (dense, hyper) = runs
+    default = json.loads(json.dumps(hyper))
+    del default["hop_diagnostics"]
+    page = build_report([dense, default])  # default runs: no funnel plot, the way to get one instead
+    assert 'data-plot="funnel"' not in page and page.count("<svg") == 2
+    hint = re.search(r'<div class="note" id="funnel-hint">(.*?)</div>', page, re.S).group(1)
+    assert "No run here records hop diagnostics" in hint and "engine.diagnostics=true" in hint
+    page = build_report([dense, hyper])  # one run has them: its plot, and which run is not in it
+    hint = re.search(r'<div class="note" id="funnel-hint">(.*?)</div>', page, re.S).group(1)
+    assert 'data-plot="funnel"' in page and "Not in the funnel (no hop diagnostics recorded): dense." in hint
+    assert 'id="funnel-hint"' not in build_report([hyper])
+
+
+# --- evaluate() writes what the report reads -----------------------------------------------------
+
+
+class _FakeEngine:
+    """What ``evaluate()`` uses of an engine: its index's passages, ``answer``, timer, LLM parts."""
+
+    method, decomposer, reader = "fake", None, None
+
+    def __init__(self, passages, ranked):
+        from types import SimpleNamespace
+
+        self.index = SimpleNamespace(passages=[SimpleNamespace(title=t, text=x) for t, x in passages],
+                                     num_passages=len(passages))
+        self.timer = SimpleNamespace(seconds={"retrieve": 0.5})
+        self.ranked = ranked
+
+    def llm_components(self):
+        return []
+
+    def answer(self, questions):
+        from hpengine.pipeline import Prediction
+
+        return [Prediction(q, "ans", [], list(self.ranked[q])) for q in questions]
+
+
+def test_evaluate_output_carries_the_format_and_gold_in_index(tmp_path):
+    from hpengine.config import EvalConfig
+    from hpengine.eval import Question
+    from hpengine.pipeline import evaluate
+    from hpengine.pipeline._eval_job import write_result
+
+    # the index lacks Ann (q1's second gold passage) and E (q4's only one)
+    passages = [g for qid in ("q1", "q2", "q3") for g in GOLD[qid] if g[0] != "Ann"]
+    questions = [Question(qid, f"question {qid}?", [f"ans {qid}"], list(gold), [t for t, _ in gold])
+                 for qid, gold in GOLD.items()]
+    ranked = {"question q1?": [0, 1], "question q2?": [2, 1], "question q3?": [3, 4], "question q4?": [0]}
+    result = evaluate(_FakeEngine(passages, ranked), questions, EvalConfig(), progress=False)
+    assert (result["format"], result["format_version"]) == (EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION)
+    assert [r["gold_in_index"] for r in result["records"]] == [1, 2, 2, 0]
+    assert [r["gold_ranks"] for r in result["records"]] == [[0, None], [1, 0], [0, 1], [None]]
+    assert result["questions_with_gold_not_in_index"] == 2
+    path = tmp_path / "run.json"
+    write_result(result, str(path))
+    assert list(json.loads(path.read_text()))[:2] == ["format", "format_version"]
+    page = open(write_report([path], tmp_path / "run.html"), encoding="utf-8").read()
+    assert _cells(page)[0, "recall_ceiling"] == "0.625"
+    assert [q["gold_not_in_index"] for q in _data(page)["questions"]] == [True, False, False, True]
+    assert build_report([result]) == build_report([json.loads(path.read_text())])

@@ -40,9 +40,9 @@ def check_page(path: str, search: str | None = None, screenshot: str | None = No
     """Open ``path`` in headless Chromium and check it; returns what was measured.
 
     Checks: no script errors and no request other than the file itself; every ``.plot`` SVG has a
-    laid-out size and drawn paths; the search box, the type filter and "solved by A and not by B"
-    show exactly the questions the embedded data says; an opened question shows its ranked
-    passages with the gold ones marked.
+    laid-out size and drawn paths; the search box, the type filter, the "gold not in index" filter
+    (and its badge) and "solved by A and not by B" show exactly the questions the embedded data
+    says; an opened question shows its ranked passages with the gold ones marked.
     """
     from playwright.sync_api import sync_playwright
 
@@ -100,6 +100,14 @@ def check_page(path: str, search: str | None = None, screenshot: str | None = No
                 expected = [q["id"] for q in questions if q["facets"].get(key) == value]
                 assert _count(page)[0] == len(expected) and shown() == expected[:50]
                 page.select_option("#f-type", "")
+            for choice, lacking in (("missing", True), ("present", False)):
+                page.select_option("#f-gold", choice)
+                expected = [q["id"] for q in questions if q["gold_not_in_index"] is lacking]
+                assert _count(page)[0] == len(expected) and shown() == expected[:50]
+                badges = page.eval_on_selector_all("#questions details > summary .badge.miss", "els => els.length")
+                assert badges == (min(len(expected), 50) if lacking else 0)
+                found[f"gold {choice}"] = len(expected)
+            page.select_option("#f-gold", "")
             if len(runs) > 1:
                 for metric, solved in (("em", lambda r: r["em"] == 1), ("r5", lambda r: r["recall5"] == 1)):
                     page.select_option("#f-metric", metric)
@@ -148,12 +156,15 @@ def test_report_in_headless_chromium(tmp_path):
     for name, ranked, em in (("dense", DENSE, {"q1": 0, "q2": 1, "q3": 1, "q4": 0}),
                              ("hyperprove", HYPER, {"q1": 1, "q2": 0, "q3": 1, "q4": 1})):
         path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(_run(name, ranked, em, qpath, diagnostics=name == "hyperprove")))
+        # the dense run's index lacks q4's gold passage: its badge, the filter and the ceiling
+        path.write_text(json.dumps(_run(name, ranked, em, qpath, diagnostics=name == "hyperprove",
+                                        not_in_index={"q4": 1} if name == "dense" else None)))
         paths.append(path)
     out = write_report(paths, tmp_path / "report.html")
     found = check_page(out, screenshot=str(tmp_path / "report.png"))
     assert found["plots"] == ["recall", "facet-type", "funnel"]
     assert found["solved by hyperprove, not dense (em)"] == 2  # q1 and q4
+    assert (found["gold missing"], found["gold present"]) == (1, 3)  # q4
     assert found["gold_marked"] > 0
     assert os.path.getsize(tmp_path / "report.png") > 10_000
     assert len(GOLD) == 4

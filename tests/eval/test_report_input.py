@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION
 from hpengine.eval._report import build_report, collect, make_runs, write_report
 from hpengine.pipeline.cli import main
 
@@ -16,6 +17,11 @@ from hpengine.pipeline.cli import main
 HOSTILE = ("</script><script>alert(1)</script>", "<!--<script>", "]]>", "&lt;&amp;", "a\u2028b\u2029c",
            "<![CDATA[x", "</SCRIPT\t>", "$\\frac{$ ${1}", "\"'`\\", "<img src=x onerror=alert(2)>")
 EVIL = "".join(HOSTILE)
+
+
+def eval_output(**fields) -> dict:
+    """``fields`` as an ``hpengine eval`` output of the format version the report reads."""
+    return {"format": EVAL_FORMAT_NAME, "format_version": EVAL_FORMAT_VERSION, **fields}
 
 
 def hostile(tag: str) -> str:
@@ -42,21 +48,21 @@ def hostile_run(j: int, questions_path, n: int = 3) -> dict:
         records.append({
             "id": hostile(f"q{i}"), "question": hostile(f"question {i} "), "gold": [hostile(f"gold {i} ")],
             "prediction": hostile(f"prediction {j}.{i} "), "retrieved": retrieved, "gold_ranks": [1],
+            "gold_in_index": 1,
             "notes": [hostile(f"note {j}.{i} ")],
             "chain": [{"subquery": hostile(f"subquery {j}.{i} "), "answer": hostile(f"hop answer {j}.{i} "),
                        "facts": [{"text": hostile(f"fact {j}.{i} "), "title": hostile(f"fact title {j}.{i} "),
                                   "passage": 0, "score": 0.5, "distance": 1}],
                        "linked": [hostile(f"linked {j}.{i} ")]}],
             "em": float(i == j), "f1": float(i == j), "recall@2": 1.0, "recall@5": 1.0})
-    return {"num_questions": n, "retriever": hostile(f"method {j} "), "llm": False, "em": 0.5, "f1": 0.5,
-            "recall@2": 1.0, "recall@5": 1.0, "seconds": {hostile("stage "): 1.0}, "wall_seconds": 1.0,
-            "questions_per_second": 3.0, "llm_tokens_in": 0, "llm_tokens_out": 0, "peak_rss_mb": 1.0,
-            "warnings": [hostile(f"warning {j} ")],
-            "config": {"index": "idx", "questions": str(questions_path),
-                       "retrieval": {"top_k": hostile(f"setting {j} ")}, "engine": {"retriever": "x"},
-                       "model": {"llm": ""}},
-            "hop_diagnostics": [{"seeds": 0.5, "subgraph": 0.9, "selected": 0.4, "linked": 0.1, "chain": 0.5}],
-            "records": records}
+    return eval_output(
+        num_questions=n, retriever=hostile(f"method {j} "), llm=False, em=0.5, f1=0.5,
+        seconds={hostile("stage "): 1.0}, wall_seconds=1.0, questions_per_second=3.0, llm_tokens_in=0,
+        llm_tokens_out=0, peak_rss_mb=1.0, warnings=[hostile(f"warning {j} ")],
+        config={"index": "idx", "questions": str(questions_path), "retrieval": {"top_k": hostile(f"setting {j} ")},
+                "engine": {"retriever": "x"}, "model": {"llm": ""}},
+        hop_diagnostics=[{"seeds": 0.5, "subgraph": 0.9, "selected": 0.4, "linked": 0.1, "chain": 0.5}],
+        records=records, **{"recall@2": 1.0, "recall@5": 1.0})
 
 
 def hostile_files(tmp_path, n: int = 3) -> list:
@@ -166,12 +172,13 @@ def test_a_lone_surrogate_stays_an_escape(tmp_path):
 
 def _small_run(**top) -> dict:
     records = [{"id": f"q{i}", "question": f"question {i}?", "gold": ["a"], "prediction": "a",
-                "retrieved": ["T"], "gold_ranks": [0], "em": 1.0, "f1": 1.0, "recall@2": 1.0, "recall@5": 1.0,
+                "retrieved": ["T"], "gold_ranks": [0], "gold_in_index": 1, "em": 1.0, "f1": 1.0, "recall@2": 1.0,
+                "recall@5": 1.0,
                 "chain": [{"subquery": "s", "answer": "a",
                            "facts": [{"title": "T", "text": "t", "score": 0.5, "distance": 0}], "linked": []}]}
                for i in range(2)]
-    return {"num_questions": 2, "retriever": "dense", "llm": False, "em": 1.0, "f1": 1.0, "recall@2": 1.0,
-            "recall@5": 1.0, "config": {"questions": None}, "records": records, **top}
+    return eval_output(**{"num_questions": 2, "retriever": "dense", "llm": False, "em": 1.0, "f1": 1.0,
+                          "recall@2": 1.0, "recall@5": 1.0, "config": {"questions": None}, "records": records, **top})
 
 
 def _cell(page: str, key: str) -> str:
@@ -206,10 +213,11 @@ def test_non_finite_metrics_of_a_result_show_as_n_a():
 def test_undefined_recall_shows_n_a():
     run = _small_run(**{"recall@2": None, "recall@5": None})
     for rec in run["records"]:  # no question has gold passages: recall is undefined everywhere
-        rec.update({"gold_ranks": [], "recall@2": None, "recall@5": None})
+        rec.update({"gold_ranks": [], "gold_in_index": 0, "recall@2": None, "recall@5": None})
     page = build_report([run], questions=[])
     for k in (1, 2, 5, 10):
         assert _cell(page, f"recall@{k}") == "n/a"
+    assert _cell(page, "recall_ceiling") == "n/a"
 
 
 def _fail_line(capsys, argv) -> str:
@@ -259,6 +267,9 @@ def _set(run: dict, dotted: str, value) -> None:
     ("records.1.gold", "a", "records[1].gold must be a list of answer strings (got str)"),
     ("records.1.gold_ranks", "0", "records[1].gold_ranks must be a list of ranks (integers or null) (got str)"),
     ("records.1.gold_ranks", [0.5], "records[1].gold_ranks[0] must be an integer or null (got float)"),
+    ("records.1.gold_in_index", 1.0, "records[1].gold_in_index must be an integer (got float)"),
+    ("records.1.gold_in_index", -1, "records[1].gold_in_index must be the number of its 1 gold passages"),
+    ("format_version", True, "not an `hpengine eval` output of format 'hpengine-eval' version 1"),
     ("records.1.prediction", 3, "records[1].prediction must be a string or null (got int)"),
     ("records.1.em", "1.0", "records[1].em must be a number or null (got str)"),
     ("records.1.recall@5", True, "records[1].recall@5 must be a number or null (got bool)"),
