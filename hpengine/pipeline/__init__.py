@@ -1,6 +1,6 @@
 """Orchestration: the QA engine and its retrieval methods, the text rules of the reading steps,
 index and eval jobs, command line."""
-from hpengine.pipeline._engine import Engine
+from hpengine.pipeline._engine import Engine, finish
 from hpengine.pipeline._distributed import (
     answer_distributed,
     evaluate_distributed,
@@ -19,7 +19,7 @@ from hpengine.pipeline._factory import (
 from hpengine.pipeline._index_job import format_report, run_add, run_index
 from hpengine.pipeline._steps import QASteps
 from hpengine.pipeline._text import choice_options, is_comparison, is_unknown, names_shared, resolve_choice, rewrite
-from hpengine.pipeline._types import ChainFact, HopRecord, Prediction
+from hpengine.pipeline._types import ChainFact, HopRecord, Prediction, Retrieved
 from hpengine.pipeline.retrievers import Retriever, available_retrievers, get_retriever, register_retriever
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "HopRecord",
     "Prediction",
     "QASteps",
+    "Retrieved",
     "Retriever",
     "answer_distributed",
     "available_retrievers",
@@ -35,6 +36,7 @@ __all__ = [
     "encoder_for_index",
     "evaluate",
     "evaluate_distributed",
+    "finish",
     "format_report",
     "get_retriever",
     "index_encoder_config",

@@ -1,9 +1,12 @@
 """The QA engine: questions in, answers with evidence chains and ranked passages out.
 
 The engine holds one index, one encoder and (optionally) one LLM decomposer and reader, and
-hands a batch of questions to the configured retrieval method (a registered
-:class:`~hpengine.pipeline.Retriever`). Every method uses the same shared steps
-(:class:`~hpengine.pipeline.QASteps`), so methods compare like for like.
+owns the flow of a batch: it encodes the questions once, hands them to the configured retrieval
+method (a registered :class:`~hpengine.pipeline.Retriever`) for the method's own work, and
+finishes every method alike (:func:`finish`): the answer where the method gives none (LLM: a read
+of the top passages; no LLM: the evidence's best bridge entity), the chain record, padding and
+predictions. Every method uses the same shared steps (:class:`~hpengine.pipeline.QASteps`), so
+methods compare like for like.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import fields, replace
 from hpengine._profiling import StageTimer
 from hpengine.config import EngineConfig, RetrievalConfig
 from hpengine.pipeline._steps import QASteps
+from hpengine.pipeline._types import HopRecord, Prediction, Retrieved
 from hpengine.pipeline.retrievers import Retriever, get_retriever
 
 DEFAULT_RETRIEVER = "hyperprove"
@@ -133,5 +137,35 @@ class Engine:
         """
         if not questions:
             return []
+        questions = list(questions)
         self.stats["questions"] += len(questions)
-        return self.retriever.answer(list(questions))
+        question_emb = self.steps.encode(questions)
+        return finish(self.steps, questions, question_emb, self.retriever.retrieve(questions, question_emb))
+
+
+def finish(steps: QASteps, questions: list, question_emb, out: Retrieved) -> list:
+    """The predictions of a batch from a method's :class:`~hpengine.pipeline.Retrieved`: what every
+    method shares after its own retrieval, written once.
+
+    Shapes:
+        question_emb ``[Q, D]``; ``out.ranked`` ``[Q, W]``.
+    """
+    cfg, q = steps.config, len(questions)
+    answers = out.answers
+    if answers is None:
+        if steps.use_llm:
+            answers = steps.read_passages(questions, out.ranked[:, : cfg.reader_passages])
+        else:
+            fact_ids, scores = out.evidence or steps.passage_facts(out.ranked[:, : cfg.reader_passages])
+            answers = steps.answer_from_facts(questions, question_emb, fact_ids, scores)
+    if out.chains is not None:
+        chains = out.chains
+    elif out.hop_facts is not None:
+        linked = out.hop_linked or [[] for _ in range(q)]
+        chains = [[HopRecord(qu, a, f, list(ln))] for qu, a, f, ln in zip(questions, answers, out.hop_facts, linked)]
+    else:
+        chains = [[] for _ in range(q)]
+    empty = [[] for _ in range(q)]
+    return [Prediction(qu, a, ch, [p for p in row if p >= 0], list(dg), list(nt), list(pt))
+            for qu, a, ch, row, dg, nt, pt in zip(questions, answers, chains, out.ranked.tolist(),
+                                                   out.diagnostics or empty, out.notes or empty, out.paths or empty)]

@@ -104,6 +104,20 @@ def rank_passages(chain_facts: Tensor, fact_passage: Tensor, dense_passages: Ten
     return compact(ids, keep, width)
 
 
+def lead_then_fill(lead: Tensor, fill: Tensor, width: int) -> Tensor:
+    """The distinct ids of ``lead``, then those of ``fill`` not already there, per row.
+
+    Shapes:
+        lead ``[Q, A]``, fill ``[Q, B]`` int64 (``-1`` padded) -> ``[Q, width]``, ``-1`` padded.
+
+    Example:
+        >>> lead_then_fill(torch.tensor([[4, -1, 4]]), torch.tensor([[2, 4, 3]]), 3)
+        tensor([[4, 2, 3]])
+    """
+    merged = torch.cat([lead, fill], dim=1)
+    return compact(merged, first_occurrence(merged), width)
+
+
 def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, count: int) -> Tensor:
     """Put the first ``count`` distinct passages of ``lead_facts`` ahead of a ranking (duplicates
     removed, width kept).
@@ -126,8 +140,7 @@ def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, coun
         return ranked
     lead = torch.where(lead_facts >= 0, fact_passage[lead_facts.clamp_min(0)], torch.full_like(lead_facts, -1))
     lead = compact(lead, first_occurrence(lead), count)
-    ids = torch.cat([lead, ranked], dim=1)
-    return compact(ids, first_occurrence(ids), ranked.shape[1])
+    return lead_then_fill(lead, ranked, ranked.shape[1])
 
 
 def bridge_entities(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, incidence_col: Tensor,

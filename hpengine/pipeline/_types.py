@@ -1,7 +1,10 @@
-"""What the engine returns: a prediction per question with its evidence chain (every method)."""
+"""What a method hands the engine (:class:`Retrieved`) and what the engine returns: a prediction
+per question with its evidence chain (every method)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from torch import Tensor
 
 
 @dataclass
@@ -51,3 +54,33 @@ class Prediction:
         if self.paths:
             out["paths"] = [dict(x) for x in self.paths]
         return out
+
+
+@dataclass
+class Retrieved:
+    """A method's own work on a batch of Q questions; the engine finishes the rest (the answer
+    where the method gives none, the chain record, padding, predictions).
+
+    Attributes:
+        ranked: int64 ``[Q, W]`` passage ids, best first, ``-1`` padded.
+        evidence: ``(fact ids, scores)`` int64 / float ``[Q, K]`` that the no-LLM answer reads
+            (their best bridge entity); None: the facts of the top ``reader_passages`` passages.
+        hop_facts: per question, the :class:`ChainFact` list of the one chain hop a single-step
+            method records (answered with the final answer); None: no chain.
+        hop_linked: per question, the passage ids linked to that hop (None: none).
+        answers: per question, the answer the method reached itself (multi-step methods); None:
+            the engine answers (LLM: reads the top ``reader_passages`` passages; no LLM: from
+            ``evidence``).
+        chains: per question, the :class:`HopRecord` list of a method that records its own hops.
+        diagnostics, notes, paths: per question (None: empty), as in :class:`Prediction`.
+    """
+
+    ranked: Tensor
+    evidence: tuple | None = None
+    hop_facts: list | None = None
+    hop_linked: list | None = None
+    answers: list | None = None
+    chains: list | None = None
+    diagnostics: list | None = None
+    notes: list | None = None
+    paths: list | None = None

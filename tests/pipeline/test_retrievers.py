@@ -8,7 +8,7 @@ import torch
 
 from hpengine.config import DenseConfig, EncoderConfig, EngineConfig, HyperProveConfig, PPRConfig
 from hpengine.models import MentionTagger
-from hpengine.pipeline import Engine, Prediction, Retriever, available_retrievers, get_retriever, register_retriever
+from hpengine.pipeline import Engine, Prediction, Retrieved, Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers import PPRRetriever
 
 
@@ -32,25 +32,33 @@ class FirstPassagesConfig(EngineConfig):
 
 
 class FirstPassages(Retriever):
-    """A user's method: passages in id order from ``offset``; answers with the first title."""
+    """A user's method, whole: passages in id order from ``offset``. The engine does the rest."""
 
     name = "first_passages"
     config_class = FirstPassagesConfig
 
-    def answer(self, questions):
+    def retrieve(self, questions, question_emb):
         start = self.config.offset
-        ids = list(range(start, start + self.config.passage_width))
-        return [Prediction(q, self.steps.index.passages[ids[0]].title, [], ids) for q in questions]
+        ids = torch.arange(start, start + self.config.passage_width).repeat(len(questions), 1)
+        return Retrieved(torch.where(ids < self.steps.index.num_passages, ids, -1))
 
 
 def test_user_registered_retriever(built):
+    """A fifth method touches its own class and config only: the engine encodes, answers (the
+    best bridge of its top passages' facts, as for dense), pads and builds the predictions."""
     index, encoder, questions = built
     register_retriever(FirstPassages)
     register_retriever(FirstPassages)  # idempotent for the same class
     engine = Engine(index, encoder, retriever="first_passages")
     assert engine.method == "first_passages" and isinstance(engine.config, FirstPassagesConfig)
-    pred = Engine(index, encoder, config=FirstPassagesConfig(offset=3, passage_width=2)).answer(questions[:1])[0]
-    assert pred.passages == [3, 4] and pred.answer == index.passages[3].title
+    cfg = FirstPassagesConfig(offset=index.num_passages - 2, passage_width=3)
+    preds = Engine(index, encoder, config=cfg).answer(questions[:2])
+    assert [p.passages for p in preds] == [[index.num_passages - 2, index.num_passages - 1]] * 2  # padding dropped
+    steps = Engine(index, encoder, config=cfg).steps
+    top = torch.tensor([[index.num_passages - 2, index.num_passages - 1]] * 2)
+    fact_ids, scores = steps.passage_facts(top)
+    expected = steps.answer_from_facts(questions[:2], steps.encode(questions[:2]), fact_ids, scores)
+    assert [p.answer for p in preds] == expected and all(p.chain == [] for p in preds)
 
     class Clash(FirstPassages):
         pass

@@ -1,11 +1,15 @@
-"""The retriever interface and its registry: every method (dense, HyperProve, PPR, a user's own)
-is one class implementing :meth:`Retriever.answer` over the shared steps, found by name."""
+"""The retriever interface and its registry: every method (dense, HyperProve, PPR, GRAG-MH, a
+user's own) is one class implementing :meth:`Retriever.retrieve` over the shared steps, found by
+name; the engine owns the flow around it."""
 from __future__ import annotations
 
 import abc
 from typing import ClassVar
 
+from torch import Tensor
+
 from hpengine.config import EngineConfig
+from hpengine.pipeline._types import Retrieved
 
 _REGISTRY: dict = {}
 
@@ -13,11 +17,22 @@ _REGISTRY: dict = {}
 class Retriever(abc.ABC):
     """One retrieval method of the engine.
 
-    A method answers a batch of questions by composing the shared steps
-    (:class:`~hpengine.pipeline.QASteps`: encoding, decomposition, the no-LLM answer, reading,
-    chain records) with its own retrieval, all questions at once. Subclasses set ``name`` and
-    ``config_class`` (a subclass of :class:`~hpengine.config.EngineConfig` whose ``method`` is
-    ``name``) and are made available with :func:`register_retriever`.
+    A method supplies only its own work on a batch (:meth:`retrieve`: the ranked passages and,
+    where it has them, its evidence facts, chain, answers), composing the shared steps
+    (:class:`~hpengine.pipeline.QASteps`) with its own retrieval, all questions at once; the
+    engine encodes the questions before and finishes the predictions after
+    (:func:`~hpengine.pipeline.finish`). Subclasses set ``name`` and ``config_class`` (a subclass
+    of :class:`~hpengine.config.EngineConfig` whose ``method`` is ``name``) and are made
+    available with :func:`register_retriever`.
+
+    Example (a whole method)::
+
+        @register_retriever
+        class Dense(Retriever):
+            name, config_class = "mydense", MyDenseConfig
+
+            def retrieve(self, questions, question_emb):
+                return Retrieved(self.steps.dense_passages(question_emb, self.config.passage_width))
 
     Args:
         steps: the shared steps over the engine's index, encoder, config and models.
@@ -39,11 +54,16 @@ class Retriever(abc.ABC):
         return []
 
     @abc.abstractmethod
-    def answer(self, questions: list) -> list:
-        """Answer a batch of questions.
+    def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
+        """This method's work on a batch.
+
+        Args:
+            questions: Q question texts.
+            question_emb: float ``[Q, D]`` their query embeddings (encoded once by the engine).
 
         Returns:
-            one :class:`~hpengine.pipeline.Prediction` per question, in order.
+            a :class:`~hpengine.pipeline.Retrieved` with ``ranked`` ``[Q, W]`` and what else the
+            method has of its own.
         """
 
 

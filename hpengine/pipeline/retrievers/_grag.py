@@ -30,9 +30,9 @@ from torch import Tensor
 from hpengine.config import GragConfig
 from hpengine.errors import UserError
 from hpengine.eval import normalize_answer
-from hpengine.pipeline._ranking import compact, first_occurrence
+from hpengine.pipeline._ranking import lead_then_fill
 from hpengine.pipeline._text import is_unknown, restates
-from hpengine.pipeline._types import HopRecord, Prediction
+from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 
 BUILD_HINT = "python -m hpengine.pipeline.grag_build INDEX"
@@ -157,9 +157,7 @@ class GragSearch:
         emb = idx.passage_emb[ids.clamp_min(0)]  # [Q, C, D]
         order, penalised = diverse_rerank(score, emb, diversity=cfg.diversity, k=width)
         chosen = torch.where(order >= 0, ids.gather(1, order.clamp_min(0)), torch.full_like(order, -1))
-        dense = dense[:, :width]
-        merged = torch.cat([chosen, dense], dim=1)
-        ranked = compact(merged, first_occurrence(merged), width)
+        ranked = lead_then_fill(chosen, dense[:, :width], width)
         scores = torch.zeros(ranked.shape, dtype=torch.float32, device=ranked.device)
         k = chosen.shape[1]
         scores[:, :k] = torch.where(order >= 0, penalised, torch.zeros_like(penalised))
@@ -317,9 +315,9 @@ class GragRetriever(Retriever):
         del rank_weight
         return s.chain_facts(out_ids, out_sc)
 
-    def answer(self, questions: list) -> list:
+    def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
+        """The reranked passages; with an LLM, the planner's paths and their vote (see module)."""
         s, cfg = self.steps, self.config
-        question_emb = s.encode(questions)
         with s.timer.stage("retrieve"):
             found = self.search.search(questions, question_emb, cfg.passage_width)
         ranked = found["ranked"]
@@ -327,15 +325,12 @@ class GragRetriever(Retriever):
         if s.use_llm:
             return self._answer_llm(questions, ranked, found["scores"], note)
         top = ranked[:, : cfg.reader_passages]
-        fact_ids, weights = s.passage_facts(top)
-        final = s.answer_from_facts(questions, question_emb, fact_ids, weights)
-        facts = self._facts(top, found["scores"])
-        return [Prediction(qu, a, [HopRecord(qu, a, f, [p for p in row if p >= 0])], [p for p in r if p >= 0],
-                           notes=[note])
-                for qu, a, f, row, r in zip(questions, final, facts, top.tolist(), ranked.tolist())]
+        return Retrieved(ranked, hop_facts=self._facts(top, found["scores"]),
+                         hop_linked=[[p for p in row if p >= 0] for row in top.tolist()],
+                         notes=[[note] for _ in questions])
 
     # ------------------------------------------------------------- LLM mode
-    def _answer_llm(self, questions: list, ranked: Tensor, question_scores: Tensor, note: str) -> list:
+    def _answer_llm(self, questions: list, ranked: Tensor, question_scores: Tensor, note: str) -> Retrieved:
         s, cfg = self.steps, self.config
         num_paths = cfg.paths
         owner = [qi for qi in range(len(questions)) for _ in range(num_paths)]
@@ -378,20 +373,21 @@ class GragRetriever(Retriever):
         finals = s.final_answers([questions[q] for q in owner], s.passage_texts(block), shown)
         qscore = question_scores[:, 0].tolist()
         path_score = [sum(sc) / len(sc) if sc else qscore[owner[i]] for i, sc in enumerate(step_scores)]
-        out = []
-        for qi, question in enumerate(questions):
+        answers, chains, notes, paths, leads = [], [], [], [], []
+        for qi in range(len(questions)):
             mine = range(qi * num_paths, (qi + 1) * num_paths)  # a question's paths are contiguous
             winner = mine[self_consistency_vote([finals[i] for i in mine], [path_score[i] for i in mine])]
             agree = sum(normalize_answer(finals[i]) == normalize_answer(finals[winner]) for i in mine)
-            notes = [note] + [f"grag path {path_no[i]}: {len(records[i])} steps, answer {finals[i]!r}, "
-                              f"score {path_score[i]:.4f}" for i in mine]
-            notes.append(f"grag vote: {finals[winner]!r} from {agree} of {len(mine)} paths")
-            read = final_read_passages([r.linked for r in records[winner]], 0)  # every passage it read
-            lead = torch.tensor([read or [-1]], dtype=torch.int64, device=ranked.device)
-            merged = torch.cat([lead, ranked[qi: qi + 1]], dim=1)
-            row = compact(merged, first_occurrence(merged), cfg.passage_width)[0].tolist()
-            chain = [r for i in mine for r in records[i]]
-            paths = [{"steps": len(records[i]), "answer": finals[i], "score": round(path_score[i], 6)} for i in mine]
-            out.append(Prediction(question, finals[winner], chain, [p for p in row if p >= 0], notes=notes,
-                                  paths=paths))
-        return out
+            notes.append([note] + [f"grag path {path_no[i]}: {len(records[i])} steps, answer {finals[i]!r}, "
+                                   f"score {path_score[i]:.4f}" for i in mine]
+                         + [f"grag vote: {finals[winner]!r} from {agree} of {len(mine)} paths"])
+            leads.append(final_read_passages([r.linked for r in records[winner]], 0))  # every passage it read
+            answers.append(finals[winner])
+            chains.append([r for i in mine for r in records[i]])
+            paths.append([{"steps": len(records[i]), "answer": finals[i], "score": round(path_score[i], 6)}
+                          for i in mine])
+        lead = torch.full((len(questions), max([len(x) for x in leads] + [1])), -1, dtype=torch.int64)
+        for qi, read in enumerate(leads):
+            lead[qi, : len(read)] = torch.tensor(read, dtype=torch.int64)
+        ranked = lead_then_fill(lead.to(ranked.device), ranked, cfg.passage_width)  # the winner's passages lead
+        return Retrieved(ranked, answers=answers, chains=chains, notes=notes, paths=paths)

@@ -14,7 +14,7 @@ from torch import Tensor
 from hpengine.config import HyperProveConfig
 from hpengine.errors import UserError
 from hpengine.pipeline._ranking import lead_passages, rank_passages
-from hpengine.pipeline._types import HopRecord, Prediction
+from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 
 
@@ -88,21 +88,19 @@ class HyperProveRetriever(Retriever):
                 f"retrieval.subgraph_size={r.subgraph_size} facts; lower engine.num_hops or retrieval.top_k, or raise "
                 f"retrieval.subgraph_size (got {hops - 1} * {r.top_k} + {r.num_seeds} = {need} > {r.subgraph_size})")
 
-    def answer(self, questions: list) -> list:
+    def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
+        """The hops of every question together; answers and chain are the hops' own."""
         s, cfg = self.steps, self.config
-        q = len(questions)
         plans = s.plans(questions, cfg.num_hops)
-        question_emb = s.encode(questions)
-        state = ChainState.start(q, s.index.device)
+        state = ChainState.start(len(questions), s.index.device)
         for t in range(max(len(p) for p in plans)):
             self._hop(questions, plans, t, question_emb, state)
         if s.use_llm:
             final = s.final_answers(questions, s.fact_texts(state.frontier), state.chains)
         else:
             final = [a[-1] if a else "" for a in state.answers]
-        ranked = self._ranking(question_emb, state)
-        return [Prediction(questions[i], final[i], state.chains[i], [p for p in ranked[i].tolist() if p >= 0],
-                           state.diagnostics[i]) for i in range(q)]
+        return Retrieved(self._ranking(question_emb, state), answers=final, chains=state.chains,
+                         diagnostics=state.diagnostics)
 
     def _hop(self, questions: list, plans: list, t: int, question_emb: Tensor, state: ChainState) -> None:
         """Hop ``t`` of every question that has one: search, select facts, answer, record."""

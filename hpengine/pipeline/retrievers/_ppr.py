@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from hpengine.config import EncoderConfig, PPRConfig
-from hpengine.pipeline._ranking import compact, first_occurrence
-from hpengine.pipeline._types import HopRecord, Prediction
+from hpengine.pipeline._ranking import lead_then_fill
+from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 from hpengine.sparse import gather_csr_rows
 
@@ -200,11 +200,12 @@ class PPRRetriever(Retriever):
         extra = torch.zeros_like(passage_mass).index_add_(1, self.steps.index.fact_passage, fact_mass)
         return passage_mass + self.config.fact_mass * extra
 
-    # ---------------------------------------------------------------- answer
-    def answer(self, questions: list) -> list:
+    # ------------------------------------------------------------- retrieve
+    def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
+        """PPR ranking (dense fill; dense alone for questions with no seed, with a note) and the
+        top facts by PPR mass as evidence and chain."""
         s, cfg, idx = self.steps, self.config, self.steps.index
         q = len(questions)
-        question_emb = s.encode(questions)
         with s.timer.stage("seeds"):
             ids, mass = self.seeds(questions, question_emb)
         dense = s.dense_passages(question_emb, cfg.passage_width)
@@ -221,17 +222,11 @@ class PPRRetriever(Retriever):
             score = self.passage_scores(fact_mass, passage_mass)
             top_score, top = torch.topk(score, min(cfg.passage_width, idx.num_passages), dim=1)
             top = torch.where(top_score > 0, top, torch.full_like(top, -1))  # unreached passages: dense fill
-            merged = torch.cat([top, dense[rows]], dim=1)
-            ranked[rows] = compact(merged, first_occurrence(merged), cfg.passage_width)
+            ranked[rows] = lead_then_fill(top, dense[rows], cfg.passage_width)
             if k_facts:
                 f_score, f_ids = torch.topk(fact_mass, k_facts, dim=1)
                 chain_ids[rows] = torch.where(f_score > 0, f_ids, torch.full_like(f_ids, -1))
                 chain_scores[rows] = torch.where(f_score > 0, f_score.float(), torch.zeros_like(f_score.float()))
-        if s.use_llm:
-            final = s.read_passages(questions, ranked[:, : cfg.reader_passages])
-        else:
-            final = s.answer_from_facts(questions, question_emb, chain_ids, chain_scores)
-        facts = s.chain_facts(chain_ids, chain_scores)
         notes = [[] if ok else [NO_SEED_NOTE] for ok in seeded.tolist()]
-        return [Prediction(qu, a, [HopRecord(qu, a, f)], [p for p in row if p >= 0], notes=n)
-                for qu, a, f, row, n in zip(questions, final, facts, ranked.tolist(), notes)]
+        return Retrieved(ranked, evidence=(chain_ids, chain_scores), hop_facts=s.chain_facts(chain_ids, chain_scores),
+                         notes=notes)
