@@ -48,14 +48,6 @@ class EngineConfig:
     # LLM mode: the text a hop searches with; the question keeps the context that a sub-question
     # drops ("What is the name of the star?"); the reader still reads the plain sub-question
     search_template: str = "{subquery} {question}"
-    # ... except for a sub-question that names something the question names ("Who directed
-    # Flannelfoot?" in a comparison of two films): it searches alone, the question would pull in
-    # the other film (off: every sub-question uses search_template)
-    anchored_search_alone: bool = True
-    # ... and, when on, a sub-question that names an earlier hop's answer ("What is the average
-    # snowfall in Seattle?" after hop 1 answered "Seattle"). Off: measured without EM gain and with
-    # a recall loss (docs/results.md)
-    answers_anchor: bool = False
     # LLM mode: a choice question's answer that is what one option led to ("Which film has the
     # director who died first, A or B?" answered with A's director) is mapped back to that option
     # through the chain (pipeline._text.resolve_choice)
@@ -100,6 +92,14 @@ class HyperProveConfig(EngineConfig):
     bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
     # no-LLM mode: bridges carried into the next query (comparisons need two; dev sweep: 4; at most 1000)
     bridges_per_hop: int = 4
+    # LLM mode: a sub-question that names something the question names ("Who directed
+    # Flannelfoot?" in a comparison of two films) searches alone: the question would pull in
+    # the other film (off: every sub-question uses search_template)
+    anchored_search_alone: bool = True
+    # ... and, when on, a sub-question that names an earlier hop's answer ("What is the average
+    # snowfall in Seattle?" after hop 1 answered "Seattle"). Off: measured without EM gain and with
+    # a recall loss (docs/results.md)
+    answers_anchor: bool = False
     link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
     passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order; <= 1000)
     # LLM mode: the ranking starts with the best passages of one hop on the whole question (the

@@ -13,7 +13,7 @@ from torch import Tensor
 from hpengine.config import EngineConfig, RetrievalConfig
 from hpengine.models import entity_key
 from hpengine.pipeline._ranking import best_home, bridge_entities, linked_bridges
-from hpengine.pipeline._text import is_comparison, is_unknown, names_shared, resolve_choice, rewrite
+from hpengine.pipeline._text import is_comparison, is_unknown, resolve_choice
 from hpengine.pipeline._types import ChainFact
 from hpengine.sparse import gather_csr_rows
 
@@ -194,45 +194,12 @@ class QASteps:
                         for f, s, d in zip(ids, sc, ds) if f >= 0])
         return out
 
-    def fact_texts(self, fact_ids: Tensor) -> list:
-        """Per question, the texts of ``[Q, F]`` fact ids (``-1`` skipped)."""
-        return [[self.index.facts[f] for f in row if f >= 0] for row in fact_ids.tolist()]
-
     def passage_texts(self, passages: Tensor) -> list:
         """Per question, ``"title: text"`` of ``[Q, R]`` passage ids (``-1`` skipped)."""
         ps = self.index.passages
         return [[f"{ps[p].title}: {ps[p].text}" for p in row if p >= 0] for row in passages.tolist()]
 
     # ------------------------------------------------------------ LLM steps
-    def plans(self, questions: list, num_hops: int) -> list:
-        """Sub-queries per question: the decomposer's plan, or the question ``num_hops`` times (no LLM)."""
-        if self.decomposer is None:
-            return [[q] * num_hops for q in questions]
-        with self.timer.stage("decompose"):
-            return self.decomposer.decompose(questions)
-
-    def rewritten(self, plan: list, t: int, answers: list) -> str:
-        """Sub-query ``t`` of a plan with earlier answers substituted for its ``#k`` references."""
-        return rewrite(plan[t], answers)
-
-    def search_texts(self, questions: list, texts: list, active: list, answers: list) -> list:
-        """LLM mode: the text each question's hop searches with, from ``search_template``.
-        ``answers[i]`` holds question i's earlier hop answers (anchors with ``answers_anchor``).
-        No-LLM mode: ``texts`` unchanged."""
-        if self.decomposer is None:
-            return texts
-        cfg = self.config
-        out = []
-        for q, s, a, earlier in zip(questions, texts, active, answers):
-            anchors = " ".join([q, *earlier]) if cfg.answers_anchor else q
-            if not a or s == q:
-                out.append(q)
-            elif cfg.anchored_search_alone and names_shared(s, anchors):
-                out.append(s)
-            else:
-                out.append(cfg.search_template.format(subquery=s, question=q).strip())
-        return out
-
     def read_hop(self, texts: list, facts: list, fallback: list) -> list:
         """LLM mode: the reader answers each sub-query from its facts; an "unknown" answer becomes
         ``fallback`` (the no-LLM bridge)."""
@@ -261,16 +228,3 @@ class QASteps:
     def _final_steps(self, question: str) -> bool:
         mode = self.config.final_with_steps
         return mode == "always" or (mode == "comparisons" and is_comparison(question))
-
-    def record_diagnostics(self, out: list, stages: dict, active: list) -> None:
-        """Append each active question's passage ids per stage (``stages``: name -> fact ids
-        ``[Q, n]``, ``-1`` padded). Host copies: diagnostics mode only."""
-        fp = self.index.fact_passage
-
-        def passages(ids):
-            return torch.where(ids >= 0, fp[ids.clamp_min(0)], torch.full_like(ids, -1)).tolist()
-
-        rows = {k: passages(v) for k, v in stages.items()}
-        for i, is_active in enumerate(active):
-            if is_active:
-                out[i].append({k: sorted({p for p in v[i] if p >= 0}) for k, v in rows.items()})

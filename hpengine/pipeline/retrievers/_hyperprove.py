@@ -14,6 +14,7 @@ from torch import Tensor
 from hpengine.config import HyperProveConfig
 from hpengine.errors import UserError
 from hpengine.pipeline._ranking import lead_passages, rank_passages
+from hpengine.pipeline._text import names_shared, rewrite
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 
@@ -90,13 +91,13 @@ class HyperProveRetriever(Retriever):
 
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """The hops of every question together; answers and chain are the hops' own."""
-        s, cfg = self.steps, self.config
-        plans = s.plans(questions, cfg.num_hops)
+        s = self.steps
+        plans = self._plans(questions)
         state = ChainState.start(len(questions), s.index.device)
         for t in range(max(len(p) for p in plans)):
             self._hop(questions, plans, t, question_emb, state)
         if s.use_llm:
-            final = s.final_answers(questions, s.fact_texts(state.frontier), state.chains)
+            final = s.final_answers(questions, self._fact_texts(state.frontier), state.chains)
         else:
             final = [a[-1] if a else "" for a in state.answers]
         return Retrieved(self._ranking(question_emb, state), answers=final, chains=state.chains,
@@ -110,14 +111,14 @@ class HyperProveRetriever(Retriever):
         active_list = [len(p) > t for p in plans]
         texts = self._hop_queries(questions, plans, t, active_list, state)
         active = torch.tensor(active_list, device=s.index.device)
-        search = s.search_texts(questions, texts, active_list, state.answers)
+        search = self._search_texts(questions, texts, active_list, state.answers)
         query_emb = question_emb if search == questions else s.encode(search)
         with s.timer.stage("retrieve"):
             hop = hyperprove_hop(s.index.graph, s.index.fact_emb, query_emb, state.frontier, active=active,
                                  index=s.fact_index(), cfg=s.retrieval, workspace=self._scratch)
         state.frontier = hop.frontier
         if cfg.diagnostics:
-            s.record_diagnostics(state.diagnostics, {"seeds": hop.seeds, "subgraph": hop.subgraph,
+            self._record_diagnostics(state.diagnostics, {"seeds": hop.seeds, "subgraph": hop.subgraph,
                                                      "selected": hop.fact_ids}, active_list)
         facts = s.chain_facts(hop.fact_ids, hop.scores, hop.distance)
         num_bridges = 1 if s.use_llm else cfg.bridges_per_hop
@@ -125,7 +126,7 @@ class HyperProveRetriever(Retriever):
             bridges, homes = s.bridges(questions, question_emb, hop.fact_ids, hop.scores, state.used, num_bridges)
         best = [b[0] if b else "" for b in bridges]
         if s.use_llm:
-            hop_answers = s.read_hop(texts, s.fact_texts(state.frontier), fallback=best)
+            hop_answers = s.read_hop(texts, self._fact_texts(state.frontier), fallback=best)
             # the passage titled with the answer; where the answer names no titled entity (a date,
             # a name spelled unlike any title) the no-LLM bridge's best home stands in
             answer_homes = s.homes_of(s.lookups.entity_ids(hop_answers), question_emb).unsqueeze(1)
@@ -147,7 +148,7 @@ class HyperProveRetriever(Retriever):
                 texts.append(cfg.bridge_template.format(question=questions[i], bridge=carried).strip()
                              if carried else questions[i])
             else:
-                texts.append(s.rewritten(plan, t, state.answers[i]))
+                texts.append(rewrite(plan[t], state.answers[i]))
         return texts
 
     def _ranking(self, question_emb: Tensor, state: ChainState) -> Tensor:
@@ -168,3 +169,48 @@ class HyperProveRetriever(Retriever):
                                       cfg=s.retrieval, workspace=self._scratch).fact_ids
             ranked = lead_passages(lead, idx.fact_passage, ranked, cfg.question_passages)
         return ranked
+
+    # ------------------------------------------------------------- its steps
+    def _plans(self, questions: list) -> list:
+        """Sub-queries per question: the decomposer's plan, or the question ``num_hops`` times (no LLM)."""
+        s = self.steps
+        if s.decomposer is None:
+            return [[q] * self.config.num_hops for q in questions]
+        with s.timer.stage("decompose"):
+            return s.decomposer.decompose(questions)
+
+    def _search_texts(self, questions: list, texts: list, active: list, answers: list) -> list:
+        """LLM mode: the text each question's hop searches with, from ``search_template``.
+        ``answers[i]`` holds question i's earlier hop answers (anchors with ``answers_anchor``).
+        No-LLM mode: ``texts`` unchanged."""
+        if self.steps.decomposer is None:
+            return texts
+        cfg = self.config
+        out = []
+        for q, s, a, earlier in zip(questions, texts, active, answers):
+            anchors = " ".join([q, *earlier]) if cfg.answers_anchor else q
+            if not a or s == q:
+                out.append(q)
+            elif cfg.anchored_search_alone and names_shared(s, anchors):
+                out.append(s)
+            else:
+                out.append(cfg.search_template.format(subquery=s, question=q).strip())
+        return out
+
+    def _fact_texts(self, fact_ids: Tensor) -> list:
+        """Per question, the texts of ``[Q, F]`` fact ids (``-1`` skipped)."""
+        facts = self.steps.index.facts
+        return [[facts[f] for f in row if f >= 0] for row in fact_ids.tolist()]
+
+    def _record_diagnostics(self, out: list, stages: dict, active: list) -> None:
+        """Append each active question's passage ids per stage (``stages``: name -> fact ids
+        ``[Q, n]``, ``-1`` padded). Host copies: diagnostics mode only."""
+        fp = self.steps.index.fact_passage
+
+        def passages(ids):
+            return torch.where(ids >= 0, fp[ids.clamp_min(0)], torch.full_like(ids, -1)).tolist()
+
+        rows = {k: passages(v) for k, v in stages.items()}
+        for i, is_active in enumerate(active):
+            if is_active:
+                out[i].append({k: sorted({p for p in v[i] if p >= 0}) for k, v in rows.items()})
