@@ -80,6 +80,80 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+#: files one of which holds the weights of a PyTorch HF model folder (``save_pretrained``)
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+
+
+def _listing(folder: Path, most: int = 6) -> str:
+    """What ``folder`` holds, for an error message: ``"3 entries: a.txt, b/, c.json"``."""
+    try:
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+    except OSError as err:
+        return f"a folder that cannot be listed ({err.strerror or err})"
+    if not names:
+        return "an empty folder"
+    more = f", ... ({len(names) - most} more)" if len(names) > most else ""
+    return f"{len(names)} entr{'y' if len(names) == 1 else 'ies'}: {', '.join(names[:most])}{more}"
+
+
+def check_model_source(name: str, path: str, local_files_only: bool = True,
+                       key: str = "encoder.name_or_path") -> str:
+    """Check that ``path`` (``name`` resolved by :func:`resolve_model_path`) is loadable, before
+    anything heavy loads: a folder must hold ``config.json`` and a weights file; a name that is no
+    folder here must be a Hugging Face model name, in the local cache when ``local_files_only``.
+
+    Args:
+        name: the value the user gave (``cfg.name_or_path``), for the message.
+        path: what it resolves to.
+        local_files_only: whether the model may only come from disk (then a hub name must be cached).
+        key: the config key to name in messages.
+
+    Returns:
+        The path to load (``~`` expanded for a folder).
+
+    Raises:
+        UserError: one line naming ``key`` and what was found there.
+
+    Example:
+        >>> check_model_source("/no/such/folder", "/no/such/folder")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        hpengine.errors.UserError: encoder.name_or_path='/no/such/folder': no such folder ...
+    """
+    from hpengine.errors import UserError
+
+    what = "a model folder (config.json and model.safetensors or pytorch_model.bin), minilm, e5-small"
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise UserError(f"{key}={name!r}: the folder {str(local)!r} holds no model (no config.json); name "
+                            f"{what} or a Hugging Face model name (got {_listing(local)})")
+        if not any((local / file).is_file() for file in _WEIGHT_FILES):
+            raise UserError(f"{key}={name!r}: the folder {str(local)!r} has config.json but no weights file "
+                            f"({', '.join(_WEIGHT_FILES)}) (got {_listing(local)})")
+        return str(local)
+    if local.exists() or local.is_symlink():
+        kind = "a broken link" if not local.exists() else (
+            f"a file of {local.stat().st_size:,} bytes" if local.is_file() else "no file or folder")
+        raise UserError(f"{key}={name!r} is not a folder; name {what} or a Hugging Face model name "
+                        f"(got {kind} at {str(local)!r})")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.utils import HFValidationError
+    except ImportError:  # pragma: no cover - a dependency of transformers
+        return path
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except HFValidationError:  # not a hub name either: a path that does not exist
+        raise UserError(f"{key}={name!r}: no such folder; name {what} or a Hugging Face model name "
+                        f"(got nothing at {str(local.absolute())!r})") from None
+    if local_files_only and not isinstance(cached, str):
+        raise UserError(f"{key}={name!r}: no such folder here, and no Hugging Face model of that name in the "
+                        f"local cache (local_files_only=true never downloads); name {what}, or "
+                        f"download it once (got nothing at {str(local.absolute())!r})")
+    return path
+
+
 def folder_prompts(path: str) -> dict:
     """The ``query`` and ``passage`` prompts a sentence-transformers folder declares
     (``config_sentence_transformers.json``; ``document`` counts as ``passage``); ``{}`` for a
@@ -155,7 +229,12 @@ class Encoder:
     and returned in input order.
 
     Args:
-        cfg: encoder settings; ``cfg.name_or_path`` goes through :func:`resolve_model_path`.
+        cfg: encoder settings; ``cfg.name_or_path`` goes through :func:`resolve_model_path` and
+            :func:`check_model_source` (before transformers is imported).
+
+    Raises:
+        UserError: ``cfg.name_or_path`` names a missing path, a file, a folder without a model, a
+            hub name not in the local cache, or a model transformers cannot load.
 
     Example:
         >>> enc = Encoder(EncoderConfig(dtype="float32"))  # doctest: +SKIP
@@ -164,19 +243,26 @@ class Encoder:
     """
 
     def __init__(self, cfg: EncoderConfig | None = None):
-        from transformers import AutoModel, AutoTokenizer
-
         cfg = EncoderConfig() if cfg is None else cfg
         if not isinstance(cfg, EncoderConfig):
             raise TypeError(f"cfg must be an hpengine.config.EncoderConfig (got {type(cfg).__name__})")
         if not cfg.name_or_path:
             raise ValueError("encoder.name_or_path is empty: name an encoder (minilm, e5-small or a folder); "
                              "the empty name only means 'the index's encoder' in eval/ask jobs (got '')")
-        path = resolve_model_path(cfg.name_or_path)
         local_only = cfg.local_files_only
+        path = check_model_source(cfg.name_or_path, resolve_model_path(cfg.name_or_path), local_only)
         query_prompt, passage_prompt = _config_prompts(cfg, path)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
-        model = AutoModel.from_pretrained(path, dtype=_DTYPES[cfg.dtype], local_files_only=local_only)
+        from transformers import AutoModel, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
+            model = AutoModel.from_pretrained(path, dtype=_DTYPES[cfg.dtype], local_files_only=local_only)
+        except (OSError, ValueError) as err:  # a folder or hub model transformers cannot read
+            from hpengine.errors import UserError
+
+            first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise UserError(f"encoder.name_or_path={cfg.name_or_path!r}: cannot load a model and tokenizer from "
+                            f"{path!r} (got {type(err).__name__}: {first})") from err
         self._setup(model.to(cfg.device), tokenizer, name=cfg.name_or_path, batch_size=cfg.batch_size,
                     max_length=cfg.max_length, pooling=cfg.pooling, normalize=cfg.normalize,
                     max_tokens_per_batch=cfg.max_tokens_per_batch, query_prompt=query_prompt,
@@ -370,4 +456,5 @@ class Encoder:
         return f"Encoder(name={self.name!r}, dim={self.dim}, device={self.device})"
 
 
-__all__ = ["BUILT_ENCODERS", "Encoder", "folder_prompts", "mean_pool", "models_dir", "resolve_model_path"]
+__all__ = ["BUILT_ENCODERS", "Encoder", "check_model_source", "folder_prompts", "mean_pool", "models_dir",
+           "resolve_model_path"]

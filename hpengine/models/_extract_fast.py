@@ -18,17 +18,23 @@ Cost is linear in the text length: the entities of all sentences come from one p
 ``doc.ents`` (``sent.ents`` rescans the document's entities for every sentence, quadratic: 21.6 s
 for one 100k-character passage), and a text longer than ``PIECE_CHARS`` (100k, below the spaCy
 model's ``max_length``) is cut into pieces at line or sentence ends (:func:`split_text`) instead
-of refused.
+of refused. Whatever the text's shape: a whitespace-free run longer than ``RUN_CHARS`` (100) is
+tokenized in windows (:class:`BoundedTokenizer`; spaCy's affix loop is quadratic in a run's
+length), and an entity span longer than ``MAX_ENTITY_CHARS`` (255) is dropped. Text without such
+runs or spans gives the same facts as before. Measured on 2 busy cores: one 10 MB line of words
+without a sentence end, 247 s and 1 GiB peak (it grew past 15 GiB, and did not finish, in one
+batch); a line of punctuation is one token per character, so it costs spaCy's time per token.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Optional, Sequence
 
 from hpengine.config import ExtractorConfig
 from hpengine.models._entities import ExtractedFact, merge_entities
 
-__all__ = ["FastExtractor", "ExtractedFact", "make_standalone", "sentence_entities", "split_text"]
+__all__ = ["FastExtractor", "ExtractedFact", "BoundedTokenizer", "make_standalone", "sentence_entities", "split_text"]
 
 _SUBJECT = {"He", "She", "It", "They", "This", "These"}
 _POSSESSIVE = {"His", "Her", "Its", "Their"}
@@ -45,6 +51,22 @@ _PARENTHETICAL = re.compile(r"\s*\([^()]*\)\s*$")
 #: cores, one passage: 25k chars 1.1 s, 100k 4.3 s, 1M 42 s (quadratic sent.ents before: 0.7 / 21.6 s /
 #: did not finish); peak RSS 3.5 GiB at 1M, the same in 100k or 1M pieces (one batch holds them all)
 PIECE_CHARS = 100_000
+#: most characters in one spaCy batch (memory grows with a batch's characters): passages longer than
+#: BATCH_CHARS // spacy_batch_size, and the pieces of a long one, go in batches of
+#: BATCH_CHARS // PIECE_CHARS (10), not spacy_batch_size (a 10 MB passage in one batch of its 100
+#: pieces grew past 15 GiB); results do not depend on the batches
+BATCH_CHARS = 1_000_000
+#: longest whitespace-free run given to the spaCy tokenizer in one call (:class:`BoundedTokenizer`):
+#: spaCy strips prefixes and suffixes one at a time, slicing and searching the whole rest of the run
+#: each time, so a run of punctuation costs time quadratic in its length. Measured, tokenizer only,
+#: 100k characters in runs of one repeated mark ("!!!...!"): runs of 100 -> 4.2 s, 400 -> 11 s,
+#: 1600 -> 47 s, 3200 -> 99 s; a 10 MB run of them did not finish
+RUN_CHARS = 100
+_LONG_RUN = re.compile(r"(?<!\S)\S{%d,}" % (RUN_CHARS + 1))  # starts only where a run starts: linear
+#: longest entity span kept (the longest Wikipedia title is 255 characters): NER on a giant text
+#: without punctuation can return one span of the whole run ("Foo Foo Foo ..."), and normalising
+#: such a name costs time quadratic in its length (normalize_entity strips one "the " or "'s" at a time)
+MAX_ENTITY_CHARS = 255
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s")
 _SPACES = re.compile(r"\s+")
 
@@ -127,7 +149,8 @@ def split_text(text: str, limit: int) -> list[str]:
 def sentence_entities(doc, excluded=frozenset()) -> list:
     """``(sentence, [entity text, ...])`` for every sentence of a parsed ``doc``, in one pass over
     ``doc.ents`` (sentences and entities are both in text order). An entity belongs to the sentence
-    that contains it whole, as with spaCy's ``sent.ents``; labels in ``excluded`` are left out."""
+    that contains it whole, as with spaCy's ``sent.ents``; labels in ``excluded`` and spans longer
+    than :data:`MAX_ENTITY_CHARS` characters are left out."""
     sents = list(doc.sents)
     names = [[] for _ in sents]
     i = 0
@@ -136,13 +159,67 @@ def sentence_entities(doc, excluded=frozenset()) -> list:
             i += 1
         if i == len(sents):
             break
-        if ent.start >= sents[i].start and ent.end <= sents[i].end and ent.label_ not in excluded:
+        if (ent.start >= sents[i].start and ent.end <= sents[i].end and ent.label_ not in excluded
+                and ent.end_char - ent.start_char <= MAX_ENTITY_CHARS):
             names[i].append(ent.text)
     return list(zip(sents, names))
 
 
+class BoundedTokenizer:
+    """The spaCy tokenizer of a pipeline, in linear time whatever the text.
+
+    A text without a whitespace-free run longer than ``run_chars`` is tokenized as spaCy would
+    (the same ``Doc``). A longer run (a giant word, a URL, a line of punctuation) is cut into
+    windows of ``run_chars`` characters, each tokenized on its own (a token never crosses a window
+    end), and the pieces are joined with ``Doc.from_docs``; ``doc.text`` is always the text given.
+
+    Args:
+        tokenizer: the pipeline's own tokenizer (``nlp.tokenizer``).
+        run_chars: longest run tokenized in one call (default :data:`RUN_CHARS`).
+    """
+
+    def __init__(self, tokenizer, run_chars: int = RUN_CHARS):
+        if run_chars < 1:
+            raise ValueError(f"run_chars must be >= 1 (got {run_chars})")
+        self.tokenizer = tokenizer
+        self.run_chars = run_chars
+        self._long_run = _LONG_RUN if run_chars == RUN_CHARS else re.compile(
+            r"(?<!\S)\S{%d,}" % (run_chars + 1))
+
+    def __getattr__(self, name):  # vocab, explain, rules, ... of the wrapped tokenizer
+        if name.startswith("__") or name in ("tokenizer", "run_chars", "_long_run"):
+            raise AttributeError(name)  # unpickling looks attributes up before __init__ has run
+        return getattr(self.tokenizer, name)
+
+    def pieces(self, text: str) -> list[str]:
+        """``text`` cut before and after every long run and inside it every ``run_chars``
+        characters; a space right after a run stays with its last window (as spaCy keeps it on the
+        run's last token). The pieces joined give ``text`` back; ``[text]`` when no run is long."""
+        out, start, size = [], 0, self.run_chars
+        for match in self._long_run.finditer(text):
+            if match.start() > start:
+                out.append(text[start: match.start()])
+            out.extend(text[i: min(i + size, match.end())] for i in range(match.start(), match.end(), size))
+            start = match.end()
+            if text.startswith(" ", start):
+                out[-1] += " "
+                start += 1
+        if start < len(text) or not out:
+            out.append(text[start:])
+        return out
+
+    def __call__(self, text: str):
+        pieces = self.pieces(text)
+        if len(pieces) == 1:
+            return self.tokenizer(text)
+        from spacy.tokens import Doc
+
+        return Doc.from_docs([self.tokenizer(piece) for piece in pieces], ensure_whitespace=False)
+
+
 def _load_spacy(name: str):
-    """Load ``name`` with only NER and sentence boundaries (plus the tok2vec they listen to)."""
+    """Load ``name`` with only NER and sentence boundaries (plus the tok2vec they listen to), its
+    tokenizer wrapped in a :class:`BoundedTokenizer`."""
     try:
         import spacy
     except ImportError as exc:  # pragma: no cover - spacy is a hard dependency
@@ -172,6 +249,7 @@ def _load_spacy(name: str):
             nlp.enable_pipe(pipe_name)  # senter ships disabled in the en_core_web_* models
         else:
             nlp.disable_pipe(pipe_name)
+    nlp.tokenizer = BoundedTokenizer(nlp.tokenizer)
     return nlp
 
 
@@ -232,7 +310,8 @@ class FastExtractor:
             One list of :class:`ExtractedFact` per passage, in input order; a passage without any
             sentence of ``cfg.min_fact_chars`` characters gets ``[]``. A passage longer than
             ``PIECE_CHARS`` (or the spaCy model's ``max_length``) is parsed in pieces (:func:`split_text`), its facts in
-            text order.
+            text order. Passages longer than ``BATCH_CHARS // spacy_batch_size`` are parsed in
+            smaller batches, so that one batch holds about ``BATCH_CHARS`` characters at most.
         """
         for index, passage in enumerate(passages):
             if not isinstance(getattr(passage, "text", None), str) or not isinstance(
@@ -242,12 +321,20 @@ class FastExtractor:
         if not passages:
             return []
         limit = min(self.nlp.max_length, PIECE_CHARS)
-        owner, texts = [], []  # piece -> passage index, piece text
+        batch = self.cfg.spacy_batch_size
+        short = BATCH_CHARS // batch  # passages up to this long go in batches of spacy_batch_size
+        streams = {True: ([], []), False: ([], [])}  # short? -> (piece -> passage index, piece text)
         for index, passage in enumerate(passages):
             pieces = split_text(passage.text, limit) if len(passage.text) > limit else [passage.text]
+            owner, texts = streams[len(passage.text) <= short]
             owner.extend([index] * len(pieces))
             texts.extend(pieces)
-        docs = self.nlp.pipe(texts, batch_size=self.cfg.spacy_batch_size, n_process=self.cfg.n_process)
+        owner = streams[True][0] + streams[False][0]
+        texts = streams[True][1] + streams[False][1]
+        docs = itertools.chain.from_iterable(
+            self.nlp.pipe(streams[is_short][1], n_process=self.cfg.n_process,
+                          batch_size=batch if is_short else max(1, min(batch, BATCH_CHARS // limit)))
+            for is_short in (True, False) if streams[is_short][1])
         if progress:
             from tqdm.auto import tqdm
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hpengine.models._entities import merge_entities
-from hpengine.models._extract_fast import _load_spacy
+from hpengine.models._extract_fast import MAX_ENTITY_CHARS, _load_spacy
 
 # the labels the fast extractor drops too: counts and amounts are not entities of the graph
 DEFAULT_EXCLUDED = ("CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY")
@@ -32,6 +32,8 @@ class MentionTagger:
         return self._nlp
 
     def mentions(self, texts: list) -> list:
-        """Per text, its distinct entity mentions (normalised like extracted entity names), in order."""
+        """Per text, its distinct entity mentions (normalised like extracted entity names), in order;
+        like the fact extractor, spans longer than ``MAX_ENTITY_CHARS`` characters are no mentions."""
         docs = self.nlp.pipe(texts, batch_size=256)
-        return [merge_entities([e.text for e in doc.ents if e.label_ not in self._excluded]) for doc in docs]
+        return [merge_entities([e.text for e in doc.ents if e.label_ not in self._excluded
+                                and e.end_char - e.start_char <= MAX_ENTITY_CHARS]) for doc in docs]

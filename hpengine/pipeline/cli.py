@@ -324,7 +324,7 @@ def _demo_task(cfg, options) -> None:
 def _ask_task_for(index_dir: str, question: str):
     def task(cfg, options) -> None:
         from hpengine.pipeline._eval_job import format_prediction, make_engine
-        from hpengine.pipeline._index_job import check_index_dir
+        from hpengine.pipeline._paths import check_index_dir
 
         if cfg.get("index"):
             raise _user_error(f"ask takes the index as its first argument, not index= (got index={cfg.index!r})")
@@ -341,6 +341,32 @@ def _ask_task_for(index_dir: str, question: str):
 
 _COMMANDS = {"index": ("index", _index_task), "add": ("index", _add_task), "eval": ("eval", _eval_task),
              "demo": ("demo", _demo_task)}
+
+
+#: what an interrupted command leaves behind (every write of the jobs is atomic: a temporary file
+#: or generation, then one os.replace)
+_KEPT = {
+    "index": "index saves are atomic, so out= holds what it held before or the complete new index",
+    "add": "index saves are atomic, so out= holds the index as it was or with all the new passages",
+    "demo": "index saves are atomic, so the demo's index folder holds what it held before or the complete index",
+    "ask": "ask writes nothing; the index is unchanged",
+    "eval": "output= is written whole at the end, so it holds its old content or all the results; "
+            "eval.checkpoint=FILE keeps finished batches, and a rerun resumes from them",
+}
+
+
+def _interrupted(command: str, args: list, debug: bool) -> None:
+    """Ctrl-C: one line saying what was kept, exit status 130 (``debug``: the traceback)."""
+    if debug:
+        raise
+    checkpoint = [a.split("=", 1)[1] for a in args if re.match(r"(?:\+\+|\+)?eval\.checkpoint=", a)]
+    kept = _KEPT.get(command, "nothing was written")
+    if command == "eval" and checkpoint and checkpoint[-1]:
+        kept = f"the eval checkpoint {checkpoint[-1]} keeps the finished batches; rerun the same command to resume"
+    for bar in list(getattr(getattr(sys.modules.get("tqdm.std"), "tqdm", None), "_instances", ())):
+        bar.close()  # ends the progress-bar line the interrupt left open
+    print(f"hpengine: interrupted; {kept}", file=sys.stderr)
+    raise SystemExit(130)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -382,6 +408,8 @@ def main(argv: list[str] | None = None) -> None:
         if not hydra_flags:  # compose and run here: every error is ours to report
             cfg = _compose(config_name, rest)
             return task(cfg, options)
+    except KeyboardInterrupt:
+        _interrupted(command, rest, debug)
     except Exception as exc:
         from hpengine.errors import UserError
 
@@ -397,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
 
         try:
             task(cfg, options)
+        except KeyboardInterrupt:
+            _interrupted(command, rest, debug)
         except UserError as exc:
             _fail(exc, debug)
 

@@ -243,3 +243,64 @@ def test_real_e5_small_with_its_preset(monkeypatch):
     assert sims[0] > sims[1]
     # the prompt matters: the same text embedded as a passage is another vector
     assert (q - enc.encode(["Who wrote the play Hamlet?"])).norm() > 1e-3
+
+
+# ------------------------------------------------------------------ a name_or_path that holds no model
+@pytest.mark.parametrize("make, found", [
+    (lambda tmp: tmp / "missing", "no such folder"),
+    (lambda tmp: tmp / "a" / "b" / "c", "no such folder"),
+    (lambda tmp: (tmp / "weights.bin").write_bytes(b"1234") and tmp / "weights.bin", "got a file of 4 bytes"),
+    (lambda tmp: tmp, "holds no model (no config.json)"),
+    (lambda tmp: (tmp / "notes.txt").write_text("x") and tmp, "got 1 entry: notes.txt"),
+    (lambda tmp: (tmp / "config.json").write_text("{}") and tmp, "has config.json but no weights file"),
+])
+def test_name_or_path_without_a_model_is_one_user_error(tmp_path, monkeypatch, make, found):
+    from hpengine.errors import UserError
+
+    path = str(make(tmp_path))
+    monkeypatch.setattr("transformers.AutoModel.from_pretrained", _must_not_load)
+    with pytest.raises(UserError) as err:
+        Encoder(EncoderConfig(name_or_path=path))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"encoder.name_or_path={path!r}") and found in message
+
+
+def _must_not_load(*args, **kwargs):
+    raise AssertionError("the model must not load before the path is checked")
+
+
+def test_hub_name_not_in_the_cache_is_one_user_error(monkeypatch, tmp_path):
+    from hpengine.errors import UserError
+
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+    with pytest.raises(UserError, match=r"^encoder.name_or_path='hpengine-test/no-such-model': no such folder "
+                                        r"here, and no Hugging Face model of that name in the local cache"):
+        Encoder(EncoderConfig(name_or_path="hpengine-test/no-such-model"))
+
+
+def test_folder_transformers_cannot_read_is_one_user_error(tiny, tmp_path):
+    from hpengine.errors import UserError
+
+    model, _ = tiny
+    model.save_pretrained(tmp_path)  # weights and config, no tokenizer files
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    with pytest.raises(UserError) as err:
+        Encoder(EncoderConfig(name_or_path=str(tmp_path), dtype="float32"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"encoder.name_or_path={str(tmp_path)!r}: cannot load")
+
+
+def test_cli_reports_a_bad_encoder_path_in_one_line(tmp_path, capsys):
+    from hpengine.graph import builtin_corpus_path
+    from hpengine.pipeline.cli import main
+
+    missing = tmp_path / "no-model"
+    with pytest.raises(SystemExit) as exit_:
+        main(["index", f"corpus={builtin_corpus_path()}", f"out={tmp_path / 'idx'}",
+              f"encoder.name_or_path={missing}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip() == (f"hpengine: error: encoder.name_or_path={str(missing)!r}: no such folder; name a model "
+                           f"folder (config.json and model.safetensors or pytorch_model.bin), minilm, e5-small or a "
+                           f"Hugging Face model name (got nothing at {str(missing)!r})")
+    assert not (tmp_path / "idx").exists()

@@ -139,3 +139,130 @@ def test_text_over_the_model_limit_is_split_not_refused(monkeypatch):
     assert [f.text for f in pieces[0]] == [f.text for f in whole] and len(whole) == 80
     assert [f.entities for f in pieces[0]] == [f.entities for f in whole]
     assert pieces[1][0].text == "Solo is a film."
+
+
+# ------------------------------------------------------------ any shape of text: linear time
+def _hostile(n: int, seed: int = 0) -> dict:
+    """Texts of ``n`` characters that once cost superlinear time (one long line, no sentence end)."""
+    import random
+
+    rnd = random.Random(seed)
+    return {
+        "no_sentence_end": " ".join(rnd.choice(["alpha", "river", "town", "film", "born"]) for _ in range(n // 5))[:n],
+        "one_word": "".join(rnd.choice("abcdefgh") for _ in range(n)),
+        "repeated_capitals": ("Foo " * (n // 4))[:n],
+        "punctuation": "".join(rnd.choice("!!!!?") for _ in range(n)),
+        "mixed_punctuation": "".join(rnd.choice("!?.,;:-()'\"") for _ in range(n)),
+        "possessive_chain": ("x" + "'s" * n)[:n],
+        "symbols": "".join(rnd.choice("🙂©®") for _ in range(n)),
+        "dots_and_spaces": ". " * (n // 2),
+    }
+
+
+def _longest_run(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+@pytest.mark.parametrize("n", [20_000, 200_000])
+def test_bounded_tokenizer_pieces_bound_every_run(n):
+    from hpengine.models._extract_fast import RUN_CHARS, BoundedTokenizer
+
+    cut = BoundedTokenizer(tokenizer=None)
+    for name, text in _hostile(n).items():
+        pieces = cut.pieces(text)
+        assert "".join(pieces) == text, name
+        # spaCy's affix loop costs run length squared: bounded runs make the sum linear in n
+        assert max(_longest_run(p) for p in pieces) <= RUN_CHARS, name
+        assert sum(_longest_run(p) ** 2 for p in pieces) <= RUN_CHARS * n, name
+        assert len(pieces) <= 2 * n // RUN_CHARS + 2, name
+    assert cut.pieces("Ann Berg was born in Oslo.") == ["Ann Berg was born in Oslo."]
+    assert cut.pieces("") == [""]
+
+
+def test_bounded_tokenizer_is_spacy_s_on_normal_text(extractor):
+    bounded = extractor.nlp.tokenizer
+    raw = bounded.tokenizer  # the twin: spaCy's own tokenizer, whole text at once
+    url = "see https://example.org/" + "a/b-c_d" * 30 + "?q=1 for more."  # a run over RUN_CHARS
+    for passage in load_corpus(builtin_corpus_path()).passages:
+        got, want = bounded(passage.text), raw(passage.text)
+        assert [(t.text, t.whitespace_, t.norm_) for t in got] == [(t.text, t.whitespace_, t.norm_) for t in want]
+    doc = bounded(url + "  " + "!" * 1000 + "\nDone.")
+    assert doc.text == url + "  " + "!" * 1000 + "\nDone." and doc[-2].text == "Done"
+    assert max(len(t) for t in doc) <= bounded.run_chars
+
+
+def test_extraction_hands_spacy_only_bounded_runs(extractor, monkeypatch):
+    """Counted, not timed: every text the spaCy tokenizer gets has runs of at most RUN_CHARS."""
+    from hpengine.models._extract_fast import RUN_CHARS
+
+    bounded = extractor.nlp.tokenizer
+    seen = []
+    inner = bounded.tokenizer
+    monkeypatch.setattr(bounded, "tokenizer", lambda text: seen.append(text) or inner(text))
+    texts = _hostile(3_000, seed=1)
+    out = extractor.extract([Passage("Foo", text) for text in texts.values()])
+    assert "".join(seen) == "".join(texts.values())
+    assert max(_longest_run(text) for text in seen) <= RUN_CHARS
+    assert all(len(fact.text) <= 3_000 + 10 for facts in out for fact in facts)
+
+
+def test_tokenizer_time_is_linear_on_hostile_shapes(extractor):
+    """10x the text costs about 10x the time (< 30x, generous), not 100x: before RUN_CHARS, 40k
+    characters of punctuation took minutes."""
+    import time
+
+    tokenizer = extractor.nlp.tokenizer
+    small, big = _hostile(4_000, seed=2), _hostile(40_000, seed=3)  # other seeds: no cached runs
+    for name in small:
+        seconds = []
+        for text in (small[name], big[name]):
+            start = time.perf_counter()
+            tokenizer(text)
+            seconds.append(time.perf_counter() - start)
+        assert seconds[1] < 30 * seconds[0] + 0.1, (name, seconds)
+
+
+def test_long_entity_span_is_dropped(extractor):
+    """NER tags 2,000 repeated capitalised words as one 8k-character entity: it is no name."""
+    from hpengine.models._extract_fast import MAX_ENTITY_CHARS, sentence_entities
+
+    doc = extractor.nlp("Foo " * 2_000)
+    assert max(len(e.text) for e in doc.ents) > MAX_ENTITY_CHARS  # the span spaCy returns
+    assert all(names == [] for _, names in sentence_entities(doc))
+    facts = extractor.extract([Passage("Bar", "Foo " * 2_000)])[0]
+    assert facts and all(f.entities == ["Bar"] for f in facts)
+
+
+def test_long_passages_in_small_batches_give_the_same_facts(monkeypatch):
+    import hpengine.models._extract_fast as fast
+
+    text = "Ann Berg was born in Oslo. She directed Solo in Bergen. " * 40  # 2240 characters
+    passages = [Passage("Ann Berg", text), Passage("Solo", "Solo is a film."), Passage("Bergen", text[:1000]),
+                Passage("Oslo", "Oslo is a city in Norway.")]
+    ex = FastExtractor(ExtractorConfig(spacy_batch_size=4))
+    whole = ex.extract(passages)
+    monkeypatch.setattr(fast, "PIECE_CHARS", 300)
+    monkeypatch.setattr(fast, "BATCH_CHARS", 600)  # passages over 150 characters: 2 pieces a batch
+    calls = []
+    pipe = ex.nlp.pipe
+    monkeypatch.setattr(ex.nlp, "pipe", lambda texts, **kw: calls.append((len(texts), kw["batch_size"])) or
+                        pipe(texts, **kw))
+    assert ex.extract(passages) == whole
+    assert calls == [(2, 4), (len(fast.split_text(text, 300)) + len(fast.split_text(text[:1000], 300)), 2)]
+
+
+@pytest.mark.slow
+def test_extraction_time_is_linear_on_hostile_shapes(extractor):
+    """End to end (spaCy parse included), 20k and 200k characters of each shape: 10x the text in
+    less than 30x the time. Minutes on 2 cores (spaCy's time per token: 200k characters of
+    punctuation are 200k tokens)."""
+    import time
+
+    small, big = _hostile(20_000, seed=4), _hostile(200_000, seed=5)
+    for name in small:
+        seconds = []
+        for text in (small[name], big[name]):
+            start = time.perf_counter()
+            extractor.extract([Passage("Foo", text)])
+            seconds.append(time.perf_counter() - start)
+        assert seconds[1] < 30 * seconds[0] + 1.0, (name, seconds)
