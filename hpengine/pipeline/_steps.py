@@ -12,7 +12,7 @@ from torch import Tensor
 
 from hpengine.config import EngineConfig, RetrievalConfig
 from hpengine.models import entity_key
-from hpengine.pipeline._ranking import best_home, bridge_entities, linked_bridges
+from hpengine.retrieval import best_home, bridge_entities, linked_bridges
 from hpengine.pipeline._text import is_comparison, is_unknown, resolve_choice
 from hpengine.pipeline._types import ChainFact
 from hpengine.sparse import gather_csr_rows

@@ -7,6 +7,8 @@ from hpengine.retrieval._grag import (best_fact_scores, candidate_passages, cand
                                       diverse_rerank)
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
 from hpengine.retrieval._ppr import personalized_pagerank, ppr_chunk_size
+from hpengine.retrieval._ranking import (best_home, bridge_entities, compact, first_occurrence, lead_passages,
+                                         lead_then_fill, linked_bridges, pad_rows, rank_passages)
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
 
 __all__ = [
@@ -14,6 +16,15 @@ __all__ = [
     "HopPlan",
     "HopResult",
     "batched_bfs",
+    "best_home",
+    "bridge_entities",
+    "compact",
+    "first_occurrence",
+    "lead_passages",
+    "lead_then_fill",
+    "linked_bridges",
+    "pad_rows",
+    "rank_passages",
     "best_fact_scores",
     "candidate_passages",
     "candidate_support",

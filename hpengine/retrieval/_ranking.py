@@ -1,4 +1,5 @@
-"""Passage ranking from an evidence chain, and bridge-entity selection (batched tensor code)."""
+"""Passage ranking from an evidence chain, bridge-entity selection, and the row layouts they use
+(batched tensor code: ids in, ids out)."""
 from __future__ import annotations
 
 import torch
@@ -289,3 +290,33 @@ def linked_bridges(fact_ids: Tensor, scores: Tensor, incidence_crow: Tensor, inc
     out_value = torch.zeros(q * num_bridges, device=fact_ids.device)
     out_entity[slot], out_home[slot], out_value[slot] = entity[keep], home[keep], value[keep]
     return (out_entity.view(q, num_bridges), out_home.view(q, num_bridges), out_value.view(q, num_bridges))
+
+
+def pad_rows(row: Tensor, values: list, num_rows: int, fill: list) -> list:
+    """Group flat entries by row into left-aligned ``[num_rows, R]`` blocks (R = the largest row).
+
+    Args:
+        row: int64 ``[n]`` row of each entry, sorted ascending.
+        values: tensors ``[n]`` to lay out.
+        num_rows: number of rows.
+        fill: padding value per tensor of ``values``.
+
+    Returns:
+        one ``[num_rows, R]`` tensor per tensor of ``values``.
+
+    Example:
+        >>> pad_rows(torch.tensor([0, 0, 2]), [torch.tensor([5, 6, 7])], 3, [-1])
+        [tensor([[ 5,  6],
+                [-1, -1],
+                [ 7, -1]])]
+    """
+    counts = torch.bincount(row, minlength=num_rows)
+    width = int(counts.max()) if row.numel() else 0  # host sync: the block width, once per batch
+    start = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(row.numel(), device=row.device) - start[row]
+    out = []
+    for v, f in zip(values, fill):
+        block = v.new_full((num_rows, width), f)
+        block[row, pos] = v
+        out.append(block)
+    return out

@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from hpengine.pipeline._ranking import (
+from hpengine.retrieval._ranking import (
     bridge_entities,
     compact,
     first_occurrence,
@@ -180,7 +180,7 @@ def test_rank_passages_links_each_hop():
 
 
 def test_best_home_without_embeddings_and_without_homes():
-    from hpengine.pipeline._ranking import best_home
+    from hpengine.retrieval._ranking import best_home
 
     hcrow, hcol = torch.tensor([0, 2, 2]), torch.tensor([4, 1])  # entity 0 titles passages 4 and 1; entity 1 none
     q_emb = torch.ones(1, 2)

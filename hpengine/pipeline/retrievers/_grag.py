@@ -30,7 +30,7 @@ from torch import Tensor
 from hpengine.config import GragConfig
 from hpengine.errors import UserError
 from hpengine.eval import normalize_answer
-from hpengine.pipeline._ranking import lead_then_fill
+from hpengine.retrieval import lead_then_fill
 from hpengine.pipeline._text import is_unknown, restates
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from hpengine.config import HyperProveConfig
 from hpengine.errors import UserError
-from hpengine.pipeline._ranking import lead_passages, rank_passages
+from hpengine.retrieval import lead_passages, rank_passages
 from hpengine.pipeline._text import names_shared, rewrite
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever

@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from hpengine.config import EncoderConfig, PPRConfig
-from hpengine.pipeline._ranking import lead_then_fill
 from hpengine.pipeline._types import Retrieved
+from hpengine.retrieval import lead_then_fill, pad_rows
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 from hpengine.sparse import gather_csr_rows
 
@@ -20,36 +20,6 @@ NO_SEED_NOTE = "ppr: no entity linked, dense passage ranking"
 # passages whose dense cosine spreads the passage share of the restart mass (passage_reset > 0);
 # min-max normalised over these, so the last of them gets none
 RESET_PASSAGES = 200
-
-
-def pad_rows(row: Tensor, values: list, num_rows: int, fill: list) -> list:
-    """Group flat entries by row into left-aligned ``[num_rows, R]`` blocks (R = the largest row).
-
-    Args:
-        row: int64 ``[n]`` row of each entry, sorted ascending.
-        values: tensors ``[n]`` to lay out.
-        num_rows: number of rows.
-        fill: padding value per tensor of ``values``.
-
-    Returns:
-        one ``[num_rows, R]`` tensor per tensor of ``values``.
-
-    Example:
-        >>> pad_rows(torch.tensor([0, 0, 2]), [torch.tensor([5, 6, 7])], 3, [-1])
-        [tensor([[ 5,  6],
-                [-1, -1],
-                [ 7, -1]])]
-    """
-    counts = torch.bincount(row, minlength=num_rows)
-    width = int(counts.max()) if row.numel() else 0  # host sync: the block width, once per batch
-    start = torch.cumsum(counts, 0) - counts
-    pos = torch.arange(row.numel(), device=row.device) - start[row]
-    out = []
-    for v, f in zip(values, fill):
-        block = v.new_full((num_rows, width), f)
-        block[row, pos] = v
-        out.append(block)
-    return out
 
 
 @register_retriever
