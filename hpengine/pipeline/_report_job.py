@@ -7,14 +7,15 @@ stderr and exit 2, as for every command.
 from __future__ import annotations
 
 import os
-import sys
+
+from hpengine.pipeline._console import FALSE as _FALSE
+from hpengine.pipeline._console import TRUE as _TRUE
 
 REPORT_USAGE = ("usage: hpengine report RUN.json [RUN2.json ...] [out=report.html] [names=a,b,...] "
                 "[questions=dev.json] [title=TEXT] [debug=true]\n"
                 "  RUN.json: outputs of `hpengine eval ... output=RUN.json` over the same questions; "
                 "out= defaults to the first RUN with .html")
 _KEYS = ("out", "names", "questions", "title", "debug")
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
 def parse_report_args(argv: list) -> tuple:
@@ -66,7 +67,8 @@ def report_main(argv: list) -> None:
     """Entry point of ``hpengine report``: a user error is one line ``hpengine: error: ...`` on stderr
     and exit status 2, like every command (``debug=true`` or ``HPENGINE_DEBUG=1``: the traceback)."""
     from hpengine.errors import UserError
-    from hpengine.pipeline.cli import _debug_from_env, _fail
+    from hpengine.pipeline._console import debug_from_env as _debug_from_env
+    from hpengine.pipeline._console import fail as _fail
 
     if not argv or argv[0] in ("-h", "--help"):
         print(REPORT_USAGE)

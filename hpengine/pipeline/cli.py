@@ -25,6 +25,12 @@ import re
 import sys
 from pathlib import Path
 
+from hpengine.pipeline._console import FALSE as _FALSE
+from hpengine.pipeline._console import TRUE as _TRUE
+from hpengine.pipeline._console import debug_from_env as _debug_from_env
+from hpengine.pipeline._console import fail as _fail
+from hpengine.pipeline._console import one_line as _one_line
+
 _USAGE = """usage: hpengine <command> [key=value ...]
 
 commands:
@@ -41,8 +47,6 @@ commands:
 Every command takes debug=true (or HPENGINE_DEBUG=1) to show the traceback of an error.
 Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (not for ask)."""
 
-_DEBUG_ENV = "HPENGINE_DEBUG"
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 #: ``[+|++|~]key.path[@pkg]=value``: what Hydra reads as an override
 _OVERRIDE = re.compile(r"^(?:\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*)(?:[./][\w\-]+)*(?:@[\w.\-]+)?(?P<eq>=|$)")
 #: the options this module reads itself (not config keys), and the commands taking each
@@ -60,43 +64,10 @@ def _conf_dir() -> str:
 
 
 # ------------------------------------------------------------------ errors
-#: lines of Hydra/OmegaConf messages that say nothing about the problem (or mislead: ``+key`` does
-#: not add keys to a schema)
-_NOISE = ("full_key:", "object_type=", "reference_type=", "Config search path", "provider=",
-          "To append to your config use")
-
-
-def _one_line(exc: BaseException) -> str:
-    """The message of ``exc`` (and of a Hydra/OmegaConf cause) on one line, without OmegaConf's
-    ``full_key`` / ``object_type`` trailer lines."""
-    parts = []
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        lines = [ln.strip() for ln in str(exc).splitlines()]
-        lines = [ln for ln in lines if ln and not ln.startswith(_NOISE) and not re.fullmatch(r"base_\w+", ln)]
-        text = "; ".join(lines).replace(":;", ":")
-        if text and not any(text in p for p in parts):
-            parts.append(text)
-        exc = exc.__cause__
-    return re.sub(r"\s+", " ", ": ".join(parts)).strip() or "error"
-
-
-def _fail(exc: BaseException, debug: bool) -> None:
-    if debug:
-        raise exc
-    print(f"hpengine: error: {_one_line(exc)}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def _user_error(message: str):
     from hpengine.errors import UserError
 
     return UserError(message)
-
-
-def _debug_from_env() -> bool:
-    return os.environ.get(_DEBUG_ENV, "").strip().lower() in _TRUE
 
 
 # ------------------------------------------------------------- arguments
