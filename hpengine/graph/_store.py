@@ -60,7 +60,7 @@ OPTIONAL_FILES = ("grag.json", "grag.safetensors")
 #: default seconds a writer waits for another writer of the same index
 DEFAULT_LOCK_TIMEOUT = 60.0
 #: how often a reader starts again when writers keep committing under it
-_READ_ATTEMPTS = 8
+_READ_ATTEMPTS = 64
 #: test hook: ``HPENGINE_TEST_KILL_AT=<point>`` makes a writer SIGKILL its own process there
 #: (``before-commit``, ``after-commit``), so the kill -9 tests hit each window
 _KILL_ENV = "HPENGINE_TEST_KILL_AT"
@@ -464,21 +464,23 @@ def read_generation(path: str | os.PathLike, read):
     removed that generation meanwhile, again on the new one (a reader sees one complete
     generation, never a mix and never a failure caused by a commit).
 
+    A generation's files are removed only after two newer commits, so a failure while the
+    manifest still names the generation the read started from is the index's own, and raised.
+
     Args:
         read: ``Generation -> T``; raises :class:`IndexFormatError` or ``OSError`` on missing files.
     """
     store = IndexStore(path)
-    last_exc = None
     for _ in range(_READ_ATTEMPTS):
-        gen = store.generation()
+        before = store.read_manifest().get("generation")
         try:
-            return read(gen)
-        except (IndexFormatError, OSError) as exc:
-            last_exc = exc
+            return read(store.generation())
+        except (IndexFormatError, OSError):
             try:
-                now = store.read_manifest().get("generation")
+                after = store.read_manifest().get("generation")
             except UserError:
-                raise exc from None
-            if now == gen.manifest.get("generation") and gen.folder.is_dir():
-                raise  # the generation is still there: the files really are wrong
-    raise last_exc
+                after = before
+            if after == before:
+                raise
+    raise IndexFormatError(f"{store.shown}: writers committed {_READ_ATTEMPTS} times while this read was under way; "
+                           f"try again")
