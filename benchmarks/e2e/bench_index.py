@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from hpengine.config import ExtractorConfig, GragBuildConfig, IndexConfig
-    from hpengine.pipeline import format_report, run_index
+    from hpengine.jobs import format_report, run_index
 
     from _harness import result_path, write_json
     from _presets import encoder_preset

@@ -37,7 +37,8 @@ def main() -> None:
     from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
-    from hpengine.pipeline import Engine, encoder_for_index, evaluate, get_retriever, peek_index_meta
+    from hpengine.jobs import evaluate
+    from hpengine.pipeline import Engine, encoder_for_index, get_retriever, peek_index_meta
 
     encoders = {}  # each index's own encoder, loaded once per kind
     config_class = get_retriever(args.retriever).config_class

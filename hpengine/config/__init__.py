@@ -8,7 +8,7 @@ from hpengine.config._schemas import (
     ModelConfig,
     RetrievalConfig,
 )
-from hpengine.config._engine import DenseConfig, EngineConfig, GragConfig, HyperProveConfig, PPRConfig
+from hpengine.config._engine import DenseConfig, EngineConfig, GragConfig, HyperProveConfig, PPRConfig, method_configs
 from hpengine.config._grag import GragBuildConfig
 from hpengine.config._jobs import DemoJobConfig, EvalJobConfig
 from hpengine.config._store import register_configs
@@ -29,5 +29,6 @@ __all__ = [
     "ModelConfig",
     "PPRConfig",
     "RetrievalConfig",
+    "method_configs",
     "register_configs",
 ]

@@ -1,6 +1,8 @@
 """Typed configuration of the QA engine: the settings every method shares (:class:`EngineConfig`)
-and one subclass per retrieval method. ``conf/engine/<name>.yaml`` extends the method's schema;
-``hpengine eval ... retriever=NAME`` (or ``engine=NAME``) picks it."""
+and one subclass per retrieval method, which names its method once (``method``). The entry points
+register each as the config-group option ``engine/<method>`` (:func:`method_configs`,
+``register_configs``), so ``hpengine eval ... retriever=NAME`` (or ``engine=NAME``) picks it
+without a YAML file."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ class EngineConfig:
     # ranked passages returned per question (Recall@k needs k <= this); at most MAX_PASSAGES = 1000.
     # More than the index has returns all of them (the ranking is -1 padded, the padding dropped)
     passage_width: int = 10
-    reader_passages: int = 5  # methods that read passages (dense, ppr): passages given to the reader (at most 1000)
+    reader_passages: int = 5  # methods that read passages (not a fact chain): passages the reader sees (<= 1000)
     diagnostics: bool = False  # record per-hop passage sets of the retrieval stages
     # --- no-LLM answer: the best bridge entity named by the evidence facts
     bridge_idf: bool = False  # weight bridge support by log(1 + H / d_e) (the dev sweep found it slightly worse)
@@ -189,7 +191,7 @@ class GragConfig(EngineConfig):
     mu, ``dense_candidates``, ``graph_weight`` and ``fact_weight`` come from the dev sweep in
     docs/results.md (the paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
     relevant passages out). ``paths`` and ``max_depth`` are not given there. Needs the index's
-    GRAG parts (``hpengine index ... grag.build=true`` or ``python -m hpengine.pipeline.grag_build INDEX``)."""
+    GRAG parts (``hpengine index ... grag.build=true`` or ``hpengine grag-build INDEX``)."""
 
     method: ClassVar[str] = "grag"
 
@@ -254,3 +256,20 @@ class GragConfig(EngineConfig):
         _check_range("engine.restate_f1", self.restate_f1, 0.0, 1.0)
         _check_range("engine.path_temperature", self.path_temperature, 0.0)
         _check_range("engine.greedy_paths", self.greedy_paths, 0, MAX_PATHS)
+
+
+def method_configs() -> dict:
+    """``{method name: config class}`` of every defined :class:`EngineConfig` subclass that names
+    its own ``method``: the methods the retriever registry finds by name
+    (``hpengine.pipeline.register_retriever`` requires ``config_class.method == name``), read
+    without importing torch (the command line's ``--help``, its config groups). When two classes
+    name the same method, the one nearer EngineConfig (then the first defined) is kept.
+    """
+    found, todo = {}, list(EngineConfig.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        name = vars(cls).get("method")
+        if isinstance(name, str) and name and name not in found:
+            found[name] = cls
+        todo.extend(cls.__subclasses__())
+    return dict(sorted(found.items()))

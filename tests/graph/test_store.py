@@ -13,7 +13,7 @@ import torch
 from hpengine.config import GraphConfig
 from hpengine.graph import Index, IndexFormatError, IndexLockedError, IndexStore, add_passages, build_index
 from hpengine.graph._corpus import Passage
-from hpengine.pipeline._paths import check_output_dir
+from hpengine.jobs import check_output_dir
 from hpengine.testing._fakes import HashingEncoder, ListExtractor
 
 TABLE = {

@@ -9,11 +9,19 @@ from hpengine.pipeline.cli import main
 
 
 def test_help_and_unknown_command(capsys):
+    from hpengine.config import method_configs
+
     main(["--help"])
-    assert "hpengine index" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for command in ("index", "add", "ask", "eval", "demo", "report", "grag-build"):
+        assert f"hpengine {command}" in out, command
+    methods = out.split("\nmethods", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert [line.split()[0] for line in methods] == list(method_configs())  # tests/test_front_door.py: the registry
     with pytest.raises(SystemExit) as exc:
         main(["frobnicate"])
     assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hpengine: error: unknown command") and err.count("\n") == 1
 
 
 def test_index_builtin_then_add(tmp_path, capsys):
@@ -30,6 +38,9 @@ def test_index_builtin_then_add(tmp_path, capsys):
     grown = Index.load(out)
     assert grown.num_passages == 41
     assert grown.facts[: index.num_facts] == index.facts
+    assert grown.grag is None
+    main(["grag-build", str(out)])  # the GRAG build through the front door
+    assert "communities" in capsys.readouterr().out and Index.load(out).grag is not None
 
 
 def test_index_with_grag_parts_then_eval_grag(tmp_path, capsys):

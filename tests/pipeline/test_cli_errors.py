@@ -308,7 +308,7 @@ def test_corrupted_index_is_refused_naming_the_file(work, corrupt):
     assert str(idx) in str(exc.value)
     if corrupt in (corrupt_index_json_list, corrupt_nan_embedding):  # and through the CLI
         before = checksum(idx)
-        assert_user_error(cli("add", f"corpus={work / 'more.jsonl'}", f"out={idx}", *FAST, cwd=work),
+        assert_user_error(cli_in_process("add", f"corpus={work / 'more.jsonl'}", f"out={idx}", *FAST),
                           CORRUPTIONS[corrupt], str(idx))
         assert checksum(idx) == before
 
@@ -316,16 +316,16 @@ def test_corrupted_index_is_refused_naming_the_file(work, corrupt):
 def test_debug_shows_the_traceback(work):
     run = cli("add", f"out={work / 'idx'}", cwd=work, env={"HPENGINE_DEBUG": "1"})
     assert run.returncode != 0 and "Traceback" in run.stderr and "UserError" in run.stderr
-    run = cli("add", f"out={work / 'idx'}", "debug=true", cwd=work)
-    assert run.returncode != 0 and "Traceback" in run.stderr
+    run = cli_in_process("add", f"out={work / 'idx'}", "debug=true")  # the error escapes the front door
+    assert run.returncode != 0 and "Traceback" in run.stderr and "UserError" in run.stderr
 
 
 def test_tiny_index_answers_a_question_with_equals_sign(work):
     # one passage, two facts: seeds, subgraph and frontier larger than the graph shrink to it
     one = write(work / "one.json", CORPUS[:1])
-    run = cli("index", f"corpus={one}", f"out={work / 'one'}", *FAST, cwd=work)
+    run = cli_in_process("index", f"corpus={one}", f"out={work / 'one'}", *FAST)
     assert run.returncode == 0, run.stderr
-    run = cli("ask", work / "one", "Which film has E=mc2 in it?", *FAST, cwd=work)
+    run = cli_in_process("ask", work / "one", "Which film has E=mc2 in it?", *FAST)
     assert run.returncode == 0, run.stderr
     assert "Q: Which film has E=mc2 in it?" in run.stdout and "hop 2" in run.stdout
 
@@ -350,7 +350,7 @@ def test_eval_output_is_strict_json_with_gold_warnings(work):
                   "gold_passages": [{"title": "Nowhere", "text": "not in the index"}]}]
     write(work / "q3.json", questions)
     out = work / "out" / "eval.json"
-    run = cli("eval", f"index={work / 'idx'}", f"questions={work / 'q3.json'}", f"output={out}", *FAST, cwd=work)
+    run = cli_in_process("eval", f"index={work / 'idx'}", f"questions={work / 'q3.json'}", f"output={out}", *FAST)
     assert run.returncode == 0, run.stderr
     assert "1 of 3 questions have no gold passages" in run.stderr
     assert "1 of 3 questions have gold passages that are not in the index" in run.stderr
@@ -434,7 +434,7 @@ def test_reads_and_the_grag_build_leave_a_users_backup_alone(work, capsys, monke
                                   f"output={work / 'run.json'}", *FAST)
     assert status == 0, err
     Index.load(idx)
-    from hpengine.pipeline.grag_build import main as grag_main
+    from hpengine.jobs.grag_build import main as grag_main
 
     assert grag_main([str(idx)]) == 0
     assert Index.load(idx).grag is not None
@@ -497,7 +497,7 @@ def test_two_concurrent_adds_keep_both_sets_of_passages(work):
                                           (["IDX", "frobnicate=1"], "unknown grag_build key"),
                                           (["IDX", "lock_timeout=nan"], "lock_timeout= must be a finite number")])
 def test_grag_build_errors_are_one_line_with_exit_2(work, capsys, monkeypatch, argv, needle):
-    from hpengine.pipeline.grag_build import main as grag_main
+    from hpengine.jobs.grag_build import main as grag_main
 
     monkeypatch.delenv("HPENGINE_DEBUG", raising=False)
     before = tree(work / "idx")

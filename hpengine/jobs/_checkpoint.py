@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hpengine.errors import UserError
-from hpengine.pipeline._types import ChainFact, HopRecord, Prediction
+from hpengine.pipeline import ChainFact, HopRecord, Prediction
 
 FORMAT = 1
 LLM_KEYS = ("tokens_in", "tokens_out", "repeats")

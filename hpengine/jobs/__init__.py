@@ -1,0 +1,70 @@
+"""What an entry point runs: the ``index`` and ``add`` jobs, ``eval`` / ``ask`` / ``demo``, the GRAG
+build, ``report``, resumable evaluation (checkpoints) and the path checks every job makes before
+any work. Each job composes the engine (:mod:`hpengine.pipeline`) with the index store, the models
+and the metrics; ``python -m hpengine.jobs.grag_build`` is the GRAG build's own front door."""
+from hpengine.jobs._checkpoint import (
+    EvalCheckpoint,
+    check_checkpoint_path,
+    checkpoint_files,
+    prediction_from_json,
+    prediction_to_json,
+    rank_path,
+    run_fingerprint,
+)
+from hpengine.jobs._eval import (
+    answer_batch,
+    evaluate,
+    format_prediction,
+    hop_diagnostics,
+    make_engine,
+    path_stats,
+    run_demo,
+    run_eval,
+    summary_table,
+    write_result,
+)
+from hpengine.jobs._grag_build import build_grag, format_grag_report, run_grag_build
+from hpengine.jobs._index import format_report, run_add, run_index
+from hpengine.jobs._paths import (
+    check_index_dir,
+    check_output_dir,
+    check_output_file,
+    check_outputs_apart,
+    check_writable,
+)
+from hpengine.jobs._report import REPORT_USAGE, parse_report_args, report_main, run_report
+
+__all__ = [
+    "EvalCheckpoint",
+    "REPORT_USAGE",
+    "answer_batch",
+    "build_grag",
+    "check_checkpoint_path",
+    "check_index_dir",
+    "check_output_dir",
+    "check_output_file",
+    "check_outputs_apart",
+    "check_writable",
+    "checkpoint_files",
+    "evaluate",
+    "format_grag_report",
+    "format_prediction",
+    "format_report",
+    "hop_diagnostics",
+    "make_engine",
+    "parse_report_args",
+    "path_stats",
+    "prediction_from_json",
+    "prediction_to_json",
+    "rank_path",
+    "report_main",
+    "run_add",
+    "run_demo",
+    "run_eval",
+    "run_fingerprint",
+    "run_grag_build",
+    "run_index",
+    "run_report",
+    "summary_table",
+    "write_result",
+]
