@@ -156,7 +156,7 @@ class GragParts:
         if not isinstance(meta, dict) or meta.get("format_version") != GRAG_FORMAT_VERSION:
             got = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
             raise IndexFormatError(f"{meta_path}: GRAG format version {got!r} is not supported (expected "
-                                   f"{GRAG_FORMAT_VERSION}); rebuild them with `python -m hpengine.pipeline.grag_build INDEX`")
+                                   f"{GRAG_FORMAT_VERSION}); rebuild them with `hpengine grag-build INDEX`")
         for key in ("relations", "summaries"):
             if not isinstance(meta.get(key), list) or not all(isinstance(x, str) for x in meta[key]):
                 raise IndexFormatError(f"{meta_path}: {key!r} must be a list of str")
@@ -187,7 +187,7 @@ class GragParts:
         for what, ok in checks:
             if not ok:
                 raise IndexFormatError(f"{tensor_path}: expected {what}; the GRAG files do not belong to this "
-                                       f"index (rebuild them with `python -m hpengine.pipeline.grag_build INDEX`)")
+                                       f"index (rebuild them with `hpengine grag-build INDEX`)")
         if c == 0:
             t["summary_emb"] = t["summary_emb"].reshape(0, dim)
         extra = {k: v for k, v in meta.items() if k not in ("relations", "summaries", "format_version")}

@@ -1,7 +1,8 @@
 """What an entry point runs: the ``index`` and ``add`` jobs, ``eval`` / ``ask`` / ``demo``, the GRAG
 build, ``report``, resumable evaluation (checkpoints) and the path checks every job makes before
 any work. Each job composes the engine (:mod:`hpengine.pipeline`) with the index store, the models
-and the metrics; ``python -m hpengine.jobs.grag_build`` is the GRAG build's own front door."""
+and the metrics; ``hpengine grag-build`` (alias ``python -m hpengine.jobs.grag_build``) is the
+GRAG build's front door."""
 from hpengine.jobs._checkpoint import (
     EvalCheckpoint,
     check_checkpoint_path,

@@ -1,7 +1,7 @@
-"""``python -m hpengine.jobs.grag_build INDEX [key=value ...]``: add GRAG-MH's parts (triples,
-communities, summary nodes) to a saved index, atomically. Keys are
-:class:`~hpengine.config.GragBuildConfig` fields (``triples=llm llm_model=PATH``,
-``summarizer=MODEL``, ``louvain_seed=0`` ...). ``python -m hpengine.pipeline.grag_build`` is an alias."""
+"""``hpengine grag-build INDEX [key=value ...]``: add GRAG-MH's parts (triples, communities,
+summary nodes) to a saved index, atomically. Keys are :class:`~hpengine.config.GragBuildConfig`
+fields (``triples=llm llm_model=PATH``, ``summarizer=MODEL``, ``louvain_seed=0`` ...).
+``python -m hpengine.jobs.grag_build`` and ``python -m hpengine.pipeline.grag_build`` are aliases."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +21,7 @@ def main(argv: list | None = None) -> int:
     fields = {f.name: f for f in dataclasses.fields(GragBuildConfig)}
     try:
         if not argv or argv[0].startswith("-") or "=" in argv[0]:
-            raise UserError("grag_build takes the index folder first: python -m hpengine.jobs.grag_build INDEX "
+            raise UserError("grag-build takes the index folder first: hpengine grag-build INDEX "
                             f"[key=value ...] (got {' '.join(argv) or 'no arguments'})")
         kwargs, lock_timeout = {}, None
         for arg in argv[1:]:
@@ -30,7 +30,7 @@ def main(argv: list | None = None) -> int:
                 lock_timeout = _number(key, value, float)
                 continue
             if key not in fields or not eq:
-                raise UserError(f"unknown grag_build key {key!r}; keys: {sorted([*fields, 'lock_timeout'])} "
+                raise UserError(f"unknown grag-build key {key!r}; keys: {sorted([*fields, 'lock_timeout'])} "
                                 f"(got {arg!r})")
             default = fields[key].default
             if isinstance(default, bool):

@@ -19,6 +19,6 @@ def test_both_paths_run_as_modules(module):
     env = {k: v for k, v in os.environ.items() if k != "HPENGINE_DEBUG"}
     run = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 2, run.stderr
-    assert run.stderr.startswith("hpengine: error: grag_build takes the index folder first"), run.stderr
+    assert run.stderr.startswith("hpengine: error: grag-build takes the index folder first"), run.stderr
     assert run.stderr.count("\n") == 1
     assert not run.stdout

@@ -494,7 +494,7 @@ def test_two_concurrent_adds_keep_both_sets_of_passages(work):
 
 @pytest.mark.parametrize("argv, needle", [([], "index folder first"), (["nowhere"], "no such index folder"),
                                           (["IDX", "louvain_seed=x"], "louvain_seed= must be an int"),
-                                          (["IDX", "frobnicate=1"], "unknown grag_build key"),
+                                          (["IDX", "frobnicate=1"], "unknown grag-build key"),
                                           (["IDX", "lock_timeout=nan"], "lock_timeout= must be a finite number")])
 def test_grag_build_errors_are_one_line_with_exit_2(work, capsys, monkeypatch, argv, needle):
     from hpengine.jobs.grag_build import main as grag_main

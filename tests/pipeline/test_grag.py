@@ -105,7 +105,7 @@ def test_save_load_round_trip_and_old_index_refused(built, tmp_path):
     plain.save(tmp_path / "old")  # an index without GRAG parts still loads ...
     old = Index.load(tmp_path / "old")
     assert old.grag is None
-    with pytest.raises(UserError, match=r"grag_build"):  # ... and grag says how to build them
+    with pytest.raises(UserError, match=r"hpengine grag-build"):  # ... and grag says how to build them
         Engine(old, encoder, retriever="grag")
     (tmp_path / "idx" / "gen-000001" / "grag.safetensors").write_bytes(b"broken")
     with pytest.raises(IndexFormatError, match="grag.safetensors"):

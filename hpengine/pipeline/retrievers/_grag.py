@@ -35,7 +35,7 @@ from hpengine.pipeline._text import is_unknown, restates
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
 
-BUILD_HINT = "python -m hpengine.pipeline.grag_build INDEX"
+BUILD_HINT = "hpengine grag-build INDEX"
 
 
 class GragSearch:
@@ -258,8 +258,8 @@ class GragRetriever(Retriever):
         if getattr(idx, "grag", None) is None:
             where = idx.meta.get("build_config", {}).get("out") or "INDEX"
             raise UserError(f"retriever=grag needs the index's GRAG parts (triples, communities, summary nodes), "
-                            f"which this index lacks; build them with `python -m hpengine.pipeline.grag_build "
-                            f"{where}` (got an index without grag.json)")
+                            f"which this index lacks; build them with `hpengine grag-build {where}` "
+                            f"(got an index without grag.json)")
         if idx.passage_emb is None:
             raise UserError("retriever=grag needs passage embeddings in the index (got an index built with "
                             "embed_passages=false)")
