@@ -3,8 +3,10 @@ GRAG-MH's decayed expansion."""
 from hpengine.retrieval._bfs import batched_bfs
 from hpengine.retrieval._chunking import HopPlan, plan_hop
 from hpengine.retrieval._dense import DenseIndex, dense_topk
-from hpengine.retrieval._grag import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
-                                      diverse_rerank)
+from hpengine.retrieval._grag import (add_dense_candidates, best_fact_scores, blended_passage_scores,
+                                      candidate_passages, candidate_support, decayed_expansion, diverse_ranking,
+                                      diverse_rerank, graph_bonus, grag_seeds, mix_cross_encoder_scores,
+                                      rerank_candidates)
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
 from hpengine.retrieval._ppr import personalized_pagerank, ppr_chunk_size
 from hpengine.retrieval._ranking import (best_home, bridge_entities, compact, first_occurrence, lead_passages,
@@ -13,6 +15,13 @@ from hpengine.retrieval._walk import restart_distribution, top_visited, walk_vis
 
 __all__ = [
     "DenseIndex",
+    "add_dense_candidates",
+    "blended_passage_scores",
+    "diverse_ranking",
+    "graph_bonus",
+    "grag_seeds",
+    "mix_cross_encoder_scores",
+    "rerank_candidates",
     "HopPlan",
     "HopResult",
     "batched_bfs",

@@ -293,3 +293,121 @@ def dense_ppr(fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_
     p = personalization.cpu().double()
     u = torch.linalg.solve(system, p.t()).t()  # [Q, N]
     return u / u.sum(1, keepdim=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# GRAG-MH retrieval (docs/methods/grag.md#retrieval), one question at a time in plain Python.
+def reference_grag_expansion(edges, num_nodes: int, seeds, scores, hops: int, decay: float, threshold: float,
+                             max_over_seed: bool = False) -> dict:
+    """One question's kept nodes ``{node: score'}``: networkx shortest paths per seed, explicit decay and
+    threshold; every seed is kept, a neighbour when its score' reaches threshold * the best
+    neighbour's (or the seed's, ``max_over_seed``). Twin of ``decayed_expansion``."""
+    import math
+
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(range(num_nodes))
+    g.add_edges_from(edges)
+    kept = {}
+    for s in seeds:
+        if s < 0:
+            continue
+        dist = nx.single_source_shortest_path_length(g, s, cutoff=hops)
+        dec = {v: scores[v] * math.exp(-decay * d) for v, d in dist.items()}
+        pool = [x for v, x in dec.items() if max_over_seed or v != s]
+        best = max(pool) if pool else 0.0
+        for v, x in dec.items():
+            if v == s or x >= threshold * best:
+                kept[v] = max(kept.get(v, -1.0), x)
+    return kept
+
+
+def reference_candidate_support(kept: dict, node_passages: list, num_passages: int) -> list:
+    """One question's support per passage: the best score' of the kept nodes ``{node: score'}`` it
+    belongs to, ``-inf`` for none. Twin of ``candidate_support``."""
+    import math
+
+    out = [-math.inf] * num_passages
+    for v, x in kept.items():
+        for p in node_passages[v]:
+            out[p] = max(out[p], x)
+    return out
+
+
+def reference_best_fact_scores(query: list, facts: list, fact_passage: list, num_passages: int) -> list:
+    """One question's best fact cosine per passage (``-inf``: no fact). Twin of ``best_fact_scores``."""
+    import math
+
+    out = [-math.inf] * num_passages
+    for f, p in zip(facts, fact_passage):
+        out[p] = max(out[p], sum(a * b for a, b in zip(query, f)))
+    return out
+
+
+def reference_grag_seeds(query: Tensor, node_emb: Tensor, is_graph_node: list, num_seeds: int) -> tuple[list, list]:
+    """One question's seeds (graph nodes by descending float64 cosine) and node scores (cosine
+    clamped at 0). Twin of ``grag_seeds``."""
+    sims = (node_emb.double() @ query.double()).tolist()
+    seeds = sorted((v for v in range(len(sims)) if is_graph_node[v]), key=lambda v: -sims[v])[:num_seeds]
+    return seeds, [max(x, 0.0) for x in sims]
+
+
+def reference_passage_scores(query: Tensor, passage_emb: Tensor, fact_emb: Tensor, fact_passage: Tensor,
+                             fact_weight: float) -> list:
+    """One question, per passage: ``(1 - w) cos(q, passage) + w *`` the best ``cos(q, fact)`` over its
+    facts (loops; the passage cosine alone without facts). Twin of ``blended_passage_scores``."""
+    cos = (passage_emb.double() @ query.double()).tolist()
+    fcos = (fact_emb.double() @ query.double()).tolist()
+    best = {}
+    for f, p in enumerate(fact_passage.tolist()):
+        best[p] = max(best.get(p, -float("inf")), fcos[f])
+    return [(1 - fact_weight) * c + fact_weight * best[p] if p in best else c for p, c in enumerate(cos)]
+
+
+def reference_rerank_scores(base: dict, support: dict, graph_weight: float) -> dict:
+    """One question's rerank score per candidate ``{p: base + bonus}``, the bonus ``graph_weight *
+    (max - min of base over the candidates) * max(support, 0) / max support``. Twin of ``graph_bonus``
+    (``rerank_candidates`` with ``base`` the cosine, ``mix_cross_encoder_scores`` with the sigmoid)."""
+    spread = max(base[p] for p in support) - min(base[p] for p in support) if support else 0.0
+    top = max((max(x, 0.0) for x in support.values()), default=0.0)
+    return {p: base[p] + (graph_weight * spread * max(x, 0.0) / top if top > 0 else 0.0) for p, x in support.items()}
+
+
+def reference_diverse_rerank(scores: list, emb: list, diversity: float, k: int) -> tuple[list, list]:
+    """One question's greedy diversity order and penalised scores ``s'`` (explicit loops; ties: the
+    lower position). Twin of ``diverse_rerank``."""
+    chosen, out = [], []
+    avail = [j for j, x in enumerate(scores) if x > -float("inf")]
+    for _ in range(min(k, len(scores))):
+        if not avail:
+            break
+        adj = {j: scores[j] - diversity * sum(sum(a * b for a, b in zip(emb[j], emb[c])) for c in chosen)
+               for j in avail}
+        j = max(avail, key=lambda j: (adj[j], -j))
+        chosen.append(j)
+        out.append(adj[j])
+        avail.remove(j)
+    return chosen, out
+
+
+def reference_grag_search(query: Tensor, node_emb: Tensor, is_graph_node: list, edges, node_passages: list,
+                          passage_emb: Tensor, fact_emb: Tensor, fact_passage: Tensor, cfg, width: int):
+    """GRAG-MH steps 5-7 for one question in plain Python (``cfg``: a ``GragConfig``):
+    ``(ranked, penalised scores, rerank score per candidate)``. Twin of ``GragSearch.search`` with the
+    bi-encoder reranker."""
+    n, num_passages = node_emb.shape[0], passage_emb.shape[0]
+    seeds, node_scores = reference_grag_seeds(query, node_emb, is_graph_node, cfg.seeds)
+    kept = reference_grag_expansion(edges, n, seeds, node_scores, cfg.hops, cfg.decay, cfg.threshold,
+                                    cfg.max_over_seed)
+    support = {p: x for p, x in enumerate(reference_candidate_support(kept, node_passages, num_passages))
+               if x > -float("inf")}
+    pcos = reference_passage_scores(query, passage_emb, fact_emb, fact_passage, cfg.fact_weight)
+    dense = sorted(range(num_passages), key=lambda p: -pcos[p])
+    for p in dense[: cfg.dense_candidates]:
+        support[p] = max(support.get(p, 0.0), 0.0)
+    combined = reference_rerank_scores(dict(enumerate(pcos)), support, cfg.graph_weight)
+    top = sorted(combined, key=lambda p: -combined[p])[: cfg.rerank_candidates]
+    picks, vals = reference_diverse_rerank([combined[p] for p in top], passage_emb[top].tolist(), cfg.diversity, width)
+    chosen = [top[j] for j in picks]
+    return (chosen + [p for p in dense[:width] if p not in chosen])[:width], vals, combined

@@ -1,11 +1,7 @@
 """GRAG-MH: triples, Louvain communities and summary nodes (deterministic, saved with the index),
-the batched retrieval against a per-question Python reference (networkx shortest paths, explicit
-decay / threshold / greedy diversity loops), batched == one by one, and the LLM-mode tree
-decomposition with a scripted planner and reader."""
-import math
-import random
-
-import networkx as nx
+the batched search against its per-question reference (``reference_grag_search``; the ops' own
+references are tested in tests/retrieval/test_grag_ops.py), batched == one by one, and the LLM-mode
+tree decomposition with a scripted planner and reader."""
 import pytest
 import torch
 
@@ -18,9 +14,7 @@ from hpengine.models import GenerateResult
 from hpengine.jobs import build_grag, path_stats, prediction_from_json, prediction_to_json
 from hpengine.pipeline import Engine
 from hpengine.pipeline.retrievers import self_consistency_vote
-from hpengine.retrieval import (best_fact_scores, candidate_passages, candidate_support, decayed_expansion,
-                                diverse_rerank)
-from hpengine.testing import with_devices
+from hpengine.testing.reference import reference_grag_search, reference_passage_scores
 from hpengine.testing._fakes import HashingEncoder
 
 
@@ -113,152 +107,6 @@ def test_save_load_round_trip_and_old_index_refused(built, tmp_path):
 
 
 # ------------------------------------------------------------------ query side
-def _reference_expansion(edges, n, seeds, scores, hops, decay, threshold, max_over_seed=False):
-    """One question: networkx shortest paths per seed, explicit decay and threshold; every seed is
-    kept, a neighbour when its score' reaches threshold * the best neighbour's (or the seed's)."""
-    g = nx.Graph()
-    g.add_nodes_from(range(n))
-    g.add_edges_from(edges)
-    kept = {}
-    for s in seeds:
-        if s < 0:
-            continue
-        dist = nx.single_source_shortest_path_length(g, s, cutoff=hops)
-        dec = {v: scores[v] * math.exp(-decay * d) for v, d in dist.items()}
-        pool = [x for v, x in dec.items() if max_over_seed or v != s]
-        best = max(pool) if pool else 0.0
-        for v, x in dec.items():
-            if v == s or x >= threshold * best:
-                kept[v] = max(kept.get(v, -1.0), x)
-    return kept
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_decayed_expansion_matches_networkx_on_random_graphs(seed):
-    rng = random.Random(seed)
-    n, q, s = 40, 5, 3
-    edges = {(min(a, b), max(a, b)) for a, b in ((rng.randrange(n), rng.randrange(n)) for _ in range(70)) if a != b}
-    rows = [a for a, b in edges] + [b for a, b in edges]
-    cols = [b for a, b in edges] + [a for a, b in edges]
-    adj = torch.sparse_coo_tensor(torch.tensor([rows, cols]), torch.ones(len(rows)), (n, n), check_invariants=True).coalesce().to_sparse_csr()
-    scores = torch.rand(q, n, generator=torch.Generator().manual_seed(seed))
-    seeds = torch.tensor([[rng.randrange(n) for _ in range(s)] for _ in range(q)])
-    seeds[0, 2] = -1
-    for hops, decay, tau, over_seed in ((3, 0.5, 0.6, False), (3, 0.5, 0.6, True), (1, 0.2, 0.3, False),
-                                        (2, 1.0, 0.0, True)):
-        kept, best = decayed_expansion(adj, seeds, scores, hops=hops, decay=decay, threshold=tau, query_chunk_size=2,
-                                       max_over_seed=over_seed)
-        for i in range(q):
-            ref = _reference_expansion(edges, n, seeds[i].tolist(), scores[i].tolist(), hops, decay, tau, over_seed)
-            assert set(torch.nonzero(kept[i]).flatten().tolist()) == set(ref)
-            for v, x in ref.items():
-                assert best[i, v].item() == pytest.approx(x, abs=1e-5)
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_candidate_support_matches_loops(seed):
-    g = torch.Generator().manual_seed(seed)
-    q, n, p = 4, 12, 9
-    node_passages = [sorted(set(torch.randint(0, p, (int(torch.randint(0, 4, (1,), generator=g)),),
-                                              generator=g).tolist())) for _ in range(n)]
-    crow = torch.tensor([0] + [len(x) for x in node_passages]).cumsum(0)
-    col = torch.tensor([c for x in node_passages for c in x], dtype=torch.int64)
-    kept = torch.rand(q, n, generator=g) < 0.4
-    scores = torch.where(kept, torch.rand(q, n, generator=g), torch.zeros(q, n))
-    got = candidate_support(kept, scores, crow, col, p)
-    assert torch.equal(torch.isfinite(got), candidate_passages(kept, crow, col, p))
-    for i in range(q):
-        ref = [-math.inf] * p
-        for v in range(n):
-            if kept[i, v]:
-                for c in node_passages[v]:
-                    ref[c] = max(ref[c], scores[i, v].item())
-        assert got[i].tolist() == pytest.approx(ref, abs=1e-7)
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_best_fact_scores_match_loops_at_every_chunk_size(seed):
-    g = torch.Generator().manual_seed(seed)
-    q, h, p, d = 5, 30, 12, 8
-    query = torch.nn.functional.normalize(torch.randn(q, d, generator=g), dim=1)
-    facts = torch.nn.functional.normalize(torch.randn(h, d, generator=g), dim=1)
-    owner = torch.randint(0, p - 2, (h,), generator=g)  # the last two passages have no fact
-    ref = [[-math.inf] * p for _ in range(q)]
-    for i in range(q):
-        for f in range(h):
-            ref[i][owner[f]] = max(ref[i][owner[f]], sum(a * b for a, b in zip(query[i].tolist(), facts[f].tolist())))
-    for chunk in (1, 2, 32):
-        got = best_fact_scores(query, facts, owner, p, query_chunk_size=chunk)
-        assert got.shape == (q, p) and got.dtype == torch.float32
-        for i in range(q):
-            assert got[i].tolist() == pytest.approx(ref[i], abs=1e-6)
-    with pytest.raises(ValueError, match="fact_passage"):
-        best_fact_scores(query, facts, owner[:-1], p)
-
-
-def _reference_diverse(scores, emb, mu, k):
-    chosen, out = [], []
-    avail = [j for j, x in enumerate(scores) if x > -math.inf]
-    for _ in range(min(k, len(scores))):
-        if not avail:
-            break
-        adj = {j: scores[j] - mu * sum(sum(a * b for a, b in zip(emb[j], emb[c])) for c in chosen) for j in avail}
-        j = max(avail, key=lambda j: (adj[j], -j))
-        chosen.append(j)
-        out.append(adj[j])
-        avail.remove(j)
-    return chosen, out
-
-
-def test_diverse_rerank_matches_greedy_loops():
-    g = torch.Generator().manual_seed(3)
-    q, c, d = 4, 9, 6
-    emb = torch.nn.functional.normalize(torch.randn(q, c, d, generator=g), dim=2)
-    scores = torch.rand(q, c, generator=g)
-    scores[1, 5:] = -math.inf
-    order, vals = diverse_rerank(scores, emb, diversity=0.5, k=7)
-    for i in range(q):
-        ids, ref = _reference_diverse(scores[i].tolist(), emb[i].tolist(), 0.5, 7)
-        assert order[i, : len(ids)].tolist() == ids and bool((order[i, len(ids):] == -1).all())
-        assert vals[i, : len(ids)].tolist() == pytest.approx(ref, abs=1e-5)
-
-
-def _reference_passage_scores(index, q_emb, w):
-    """Per passage: (1 - w) cos(q, passage) + w * the best cos(q, fact) over its facts (loops)."""
-    cos = (index.passage_emb.double() @ q_emb.double()).tolist()
-    fcos = (index.fact_emb.double() @ q_emb.double()).tolist()
-    best = {}
-    for f, p in enumerate(index.fact_passage.tolist()):
-        best[p] = max(best.get(p, -math.inf), fcos[f])
-    return [(1 - w) * c + w * best[p] if p in best else c for p, c in enumerate(cos)]
-
-
-def _reference_search(index, node_emb, is_graph, edges, node_passages, q_emb, cfg, width):
-    """Steps 5-7 of one question in plain Python."""
-    n = node_emb.shape[0]
-    sims = (node_emb.double() @ q_emb.double()).tolist()
-    order = sorted((v for v in range(n) if is_graph[v]), key=lambda v: -sims[v])[: cfg.seeds]
-    kept = _reference_expansion(edges, n, order, [max(x, 0.0) for x in sims], cfg.hops, cfg.decay, cfg.threshold,
-                                cfg.max_over_seed)
-    support = {}
-    for v, x in kept.items():
-        for p in node_passages[v]:
-            support[p] = max(support.get(p, -math.inf), x)
-    pcos = _reference_passage_scores(index, q_emb, cfg.fact_weight)
-    dense = sorted(range(index.num_passages), key=lambda p: -pcos[p])
-    for p in dense[: cfg.dense_candidates]:
-        support[p] = max(support.get(p, 0.0), 0.0)
-    spread = max(pcos[p] for p in support) - min(pcos[p] for p in support) if support else 0.0
-    top_support = max((max(x, 0.0) for x in support.values()), default=0.0)
-    combined = {p: pcos[p] + (cfg.graph_weight * spread * max(x, 0.0) / top_support if top_support > 0 else 0.0)
-                for p, x in support.items()}
-    top = sorted(combined, key=lambda p: -combined[p])[: cfg.rerank_candidates]
-    emb = index.passage_emb[top].tolist()
-    picks, vals = _reference_diverse([combined[p] for p in top], emb, cfg.diversity, width)
-    chosen = [top[j] for j in picks]
-    return (chosen + [p for p in dense[:width] if p not in chosen])[:width], vals, combined
-
-
 @pytest.mark.parametrize("cfg", [GragConfig(), GragConfig(max_over_seed=True),
                                  GragConfig(seeds=3, hops=2, decay=0.2, threshold=0.3, diversity=0.3, rerank_candidates=8),
                                  GragConfig(dense_candidates=7, graph_weight=0.4, diversity=0.1, rerank_candidates=12),
@@ -286,12 +134,14 @@ def test_search_matches_per_question_reference(built, cfg):
     q_emb = engine.steps.encode(questions)
     found = search.search(questions, q_emb, cfg.passage_width)
     for i in range(len(questions)):
-        ranked, vals, combined = _reference_search(index, search.node_emb, search.is_graph_node.tolist(), edges,
-                                                   node_passages, q_emb[i], cfg, cfg.passage_width)
+        ranked, vals, combined = reference_grag_search(q_emb[i], search.node_emb, search.is_graph_node.tolist(), edges,
+                                                       node_passages, index.passage_emb, index.fact_emb,
+                                                       index.fact_passage, cfg, cfg.passage_width)
         got = found["ranked"][i].tolist()
         assert found["scores"][i, : len(vals)].tolist() == pytest.approx(vals, abs=1e-5)
         # ids up to ties: equal scores may swap (the dense fill is compared by its cosine)
-        pcos = _reference_passage_scores(index, q_emb[i], cfg.fact_weight)
+        pcos = reference_passage_scores(q_emb[i], index.passage_emb, index.fact_emb, index.fact_passage,
+                                        cfg.fact_weight)
         for j, (a, b) in enumerate(zip(got, ranked)):
             if j < len(vals):
                 assert a == b or combined[a] == pytest.approx(combined[b], abs=1e-6)
@@ -307,32 +157,6 @@ def test_grag_batched_equals_one_by_one(built):
     for a, b in zip(together, alone):
         assert a.passages == b.passages and a.answer == b.answer
         assert a.notes == b.notes == ["grag: reranker bi-encoder cosine"]
-
-
-@with_devices
-def test_decayed_expansion_and_support_on_device_equal_cpu(device):
-    g = torch.Generator().manual_seed(5)
-    n, q, s, p = 60, 6, 4, 30
-    a = (torch.rand(n, n, generator=g) < 0.06).float()
-    a = ((a + a.t()) > 0).float().fill_diagonal_(0)
-    scores = torch.rand(q, n, generator=g)
-    seeds = torch.randint(0, n, (q, s), generator=g)
-    crow = torch.arange(0, 2 * n + 1, 2)
-    col = torch.randint(0, p, (2 * n,), generator=g)
-    col = torch.stack([col.view(n, 2).min(1).values, col.view(n, 2).max(1).values], 1).view(-1)
-    facts, owner = torch.rand(2 * n, n, generator=g), torch.randint(0, p, (2 * n,), generator=g)
-    out = {}
-    for dev in ("cpu", device):
-        adj = a.to(dev).to_sparse_csr()
-        kept, sc = decayed_expansion(adj, seeds.to(dev), scores.to(dev), hops=3, decay=0.5, threshold=0.6,
-                                     query_chunk_size=4)
-        sup = candidate_support(kept, sc, crow.to(dev), col.to(dev), p)
-        best = best_fact_scores(scores.to(dev), facts.to(dev), owner.to(dev), p, query_chunk_size=4)
-        out[dev] = (kept.cpu(), sc.cpu(), sup.cpu(), best.cpu())
-    assert torch.equal(out["cpu"][0], out[device][0])
-    assert torch.allclose(out["cpu"][1], out[device][1], atol=1e-6)
-    assert torch.allclose(out["cpu"][2], out[device][2], atol=1e-6)
-    assert torch.allclose(out["cpu"][3], out[device][3], atol=1e-5)
 
 
 def test_cross_encoder_reranks_when_configured(built):

@@ -30,7 +30,9 @@ from torch import Tensor
 from hpengine.config import GragConfig
 from hpengine.errors import UserError
 from hpengine.eval import normalize_answer
-from hpengine.retrieval import lead_then_fill
+from hpengine.retrieval import (add_dense_candidates, blended_passage_scores, candidate_support, decayed_expansion,
+                                diverse_ranking, grag_seeds, lead_then_fill, mix_cross_encoder_scores,
+                                rerank_candidates)
 from hpengine.pipeline._text import is_unknown, restates
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, register_retriever
@@ -65,71 +67,35 @@ class GragSearch:
             if self.reranker is not None else "bi-encoder cosine"
 
     def seeds(self, query_emb: Tensor) -> tuple[Tensor, Tensor]:
-        """``(seeds [Q, n], node_scores [Q, N])``: top-n graph nodes by cosine, and every node's
-        cosine clamped at 0."""
-        sim = (query_emb.float() @ self.node_emb.float().t())
-        masked = torch.where(self.is_graph_node, sim, torch.full_like(sim, -torch.inf))
-        k = min(self.cfg.seeds, self.num_nodes)
-        top, ids = torch.topk(masked, k, dim=1)
-        ids = torch.where(torch.isfinite(top), ids, torch.full_like(ids, -1))
-        return ids, sim.clamp_min(0)
+        """``(seeds [Q, n], node_scores [Q, N])``: :func:`~hpengine.retrieval.grag_seeds` over the index's nodes."""
+        return grag_seeds(query_emb, self.node_emb, self.is_graph_node, num_seeds=self.cfg.seeds)
 
     def passage_scores(self, query_emb: Tensor) -> Tensor:
-        """The bi-encoder score of every passage, ``(1 - w) cos(q, passage) + w max_f cos(q, f)`` over
-        its facts ``f`` (``w = fact_weight``; the passage cosine alone for a passage with no fact).
+        """The bi-encoder score of every passage (:func:`~hpengine.retrieval.blended_passage_scores`).
 
         Shapes:
             query_emb ``[Q, D]`` -> ``[Q, P]``."""
-        from hpengine.retrieval import best_fact_scores
-
-        idx, w = self.index, self.cfg.fact_weight
-        cos = query_emb.float() @ idx.passage_emb.float().t()
-        if w == 0:
-            return cos
-        best = best_fact_scores(query_emb, idx.fact_emb, idx.fact_passage, idx.num_passages,
-                                query_chunk_size=self.cfg.query_chunk_size)
-        return torch.where(torch.isfinite(best), (1 - w) * cos + w * best, cos)
-
-    def graph_bonus(self, base: Tensor, support: Tensor) -> Tensor:
-        """``graph_weight * range(base) * support / max support`` per question, over the candidates
-        (finite ``support``): the graph's share in units of the question's own spread of rerank
-        scores, so one weight fits encoders whose cosines sit at different scales.
-
-        Shapes:
-            base, support ``[Q, C]`` (``-inf`` support: no candidate) -> ``[Q, C]`` (0 off candidates).
-        """
-        cand = torch.isfinite(support)
-        inf = torch.full_like(base, torch.inf)
-        spread = (torch.where(cand, base, -inf).amax(1, keepdim=True) - torch.where(cand, base, inf).amin(1, keepdim=True))
-        sup = torch.where(cand, support, torch.zeros_like(support)).clamp_min(0)
-        top = sup.amax(1, keepdim=True)
-        share = torch.where(top > 0, sup / top.clamp_min(1e-12), torch.zeros_like(sup))
-        return torch.where(cand, self.cfg.graph_weight * spread.nan_to_num(0.0, 0.0, 0.0) * share, torch.zeros_like(sup))
+        idx = self.index
+        return blended_passage_scores(query_emb, idx.passage_emb, idx.fact_emb, idx.fact_passage,
+                                      fact_weight=self.cfg.fact_weight, query_chunk_size=self.cfg.query_chunk_size)
 
     def rerank(self, texts: list, cos: Tensor, support: Tensor) -> tuple[Tensor, Tensor]:
         """Rerank each question's candidates (the passages with a finite ``support``): the best
-        ``rerank_candidates`` by ``cosine +`` :meth:`graph_bonus`, then their rerank score (that
-        sum, or the cross-encoder's sigmoid plus its own graph bonus):
+        ``rerank_candidates`` by ``cosine +`` graph bonus (:func:`~hpengine.retrieval.rerank_candidates`),
+        then their rerank score (that sum, or the cross-encoder's sigmoid plus its own graph bonus,
+        :func:`~hpengine.retrieval.mix_cross_encoder_scores`):
         ``(ids [Q, C] -1 padded, scores [Q, C] -inf padded)``, in descending score order.
 
         Shapes:
             cos, support ``[Q, P]`` -> ``[Q, C]``, ``[Q, C]``."""
-        idx, cfg = self.index, self.cfg
-        pre = torch.where(torch.isfinite(support), cos + self.graph_bonus(cos, support), torch.full_like(cos, -torch.inf))
-        c = min(cfg.rerank_candidates, idx.num_passages)
-        score, ids = torch.topk(pre, c, dim=1)
-        valid = torch.isfinite(score)
-        ids = torch.where(valid, ids, torch.full_like(ids, -1))
+        cfg = self.cfg
+        ids, score = rerank_candidates(cos, support, graph_weight=cfg.graph_weight,
+                                       num_candidates=cfg.rerank_candidates)
         if self.reranker is not None:
             pairs = [(qi, p) for qi, row in enumerate(ids.tolist()) for p in row if p >= 0]  # text boundary
-            ps = idx.passages
+            ps = self.index.passages
             ce = self.reranker.score([texts[qi] for qi, _ in pairs], [f"{ps[p].title}: {ps[p].text}" for _, p in pairs])
-            base = torch.full_like(score, -torch.inf)
-            base[valid] = torch.sigmoid(ce.float()).to(score.device)
-            sup = torch.where(valid, support.gather(1, ids.clamp_min(0)), torch.full_like(score, -torch.inf))
-            score = torch.where(valid, base + self.graph_bonus(base, sup), base)
-            score, order = torch.sort(score, dim=1, descending=True, stable=True)
-            ids = ids.gather(1, order)
+            ids, score = mix_cross_encoder_scores(ids, ce, support, graph_weight=cfg.graph_weight)
         return ids, score
 
     def search(self, texts: list, query_emb: Tensor, width: int) -> dict:
@@ -140,8 +106,6 @@ class GragSearch:
             ``{"ranked" [Q, width], "scores" [Q, width] (s' of the candidate part, else 0),
             "seeds" [Q, n], "kept" [Q] kept nodes, "candidates" [Q]}``.
         """
-        from hpengine.retrieval import candidate_support, decayed_expansion, diverse_rerank
-
         idx, cfg = self.index, self.cfg
         seeds, node_scores = self.seeds(query_emb)
         is_kept, kept_scores = decayed_expansion(self.adjacency, seeds, node_scores, hops=cfg.hops, decay=cfg.decay,
@@ -149,18 +113,9 @@ class GragSearch:
                                                  max_over_seed=cfg.max_over_seed)
         support = candidate_support(is_kept, kept_scores, self.np_crow, self.np_col, idx.num_passages)
         cos = self.passage_scores(query_emb)  # [Q, P]: the rerank's and dense's, once
-        dense = torch.topk(cos, min(max(width, cfg.dense_candidates), idx.num_passages), dim=1).indices
-        if cfg.dense_candidates:  # dense's top passages join the candidates with no graph support
-            top = dense[:, : cfg.dense_candidates]
-            support.scatter_(1, top, support.gather(1, top).clamp_min(0))
+        support, dense = add_dense_candidates(support, cos, dense_candidates=cfg.dense_candidates, width=width)
         ids, score = self.rerank(texts, cos, support)
-        emb = idx.passage_emb[ids.clamp_min(0)]  # [Q, C, D]
-        order, penalised = diverse_rerank(score, emb, diversity=cfg.diversity, k=width)
-        chosen = torch.where(order >= 0, ids.gather(1, order.clamp_min(0)), torch.full_like(order, -1))
-        ranked = lead_then_fill(chosen, dense[:, :width], width)
-        scores = torch.zeros(ranked.shape, dtype=torch.float32, device=ranked.device)
-        k = chosen.shape[1]
-        scores[:, :k] = torch.where(order >= 0, penalised, torch.zeros_like(penalised))
+        ranked, scores = diverse_ranking(ids, score, idx.passage_emb, dense, diversity=cfg.diversity, width=width)
         return {"ranked": ranked, "scores": scores, "seeds": seeds, "kept": is_kept.sum(dim=1),
                 "candidates": torch.isfinite(support).sum(dim=1)}
 
