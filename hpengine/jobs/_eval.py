@@ -14,12 +14,16 @@ from hpengine.pipeline import Engine, check_llm, load_llm
 
 
 def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
-    """The engine of an eval/ask job. The encoder is the index's (its recorded config) unless
-    ``cfg.encoder`` names one, which must then be the index's: a mismatch is a one-line
+    """The engine of an eval/ask job, loading only what the method needs: the index, the query
+    encoder (every method encodes the questions) and, only with ``cfg.model.llm``, the LLM.
+
+    The encoder is the index's (its recorded config) unless ``cfg.encoder`` names one, which must
+    then be the index's: a mismatch, like a ``model.llm`` that cannot load, is a one-line
     :class:`~hpengine.errors.UserError` before any model or tensor loads."""
     from hpengine.graph import Index
     from hpengine.pipeline import encoder_for_index, peek_index_meta
 
+    check_llm(cfg.model)  # before the encoder and index load, the slow part of a start-up
     if encoder is None:
         meta = index.meta if index is not None else peek_index_meta(cfg.index)
         if meta is None:  # not an index: loading says why
@@ -28,7 +32,7 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
         encoder = encoder_for_index(meta, cfg.encoder, where=f"index={cfg.index!r}" if cfg.index else "the index")
     if index is None:
         index = Index.load(cfg.index, device=cfg.device, expected_encoder=encoder.name)
-    decomposer, reader = load_llm(cfg.model)
+    decomposer, reader = load_llm(cfg.model) if cfg.model.llm else (None, None)  # no-LLM mode loads no LM
     return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
 
 
@@ -325,19 +329,62 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     return result
 
 
-def format_prediction(pred) -> str:
-    lines = [f"Q: {pred.question}", f"A: {pred.answer}"]
-    for t, hop in enumerate(pred.chain, 1):
-        lines.append(f"  hop {t}: {hop.subquery!r} -> {hop.answer!r}")
-        for f in hop.facts:
-            lines.append(f"     {f.score:+.3f} [{f.title}] {f.text}")
-    return "\n".join(lines)
+#: the label of a no-LLM answer: the best bridge entity of the evidence, not a read answer
+NO_LLM_LABEL = "best bridge entity (no LLM; answers need model=qwen1.5b or model.llm=PATH)"
+
+
+def _snippet(text: str, width: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + " ..."
+
+
+def format_prediction(pred, index=None, *, llm: bool = False, num_passages: int = 5,
+                      num_facts: int | None = None, note: str = "") -> str:
+    """One question's block as ``ask`` and ``demo`` print it.
+
+    With an LLM (``llm``): the question, ``A:`` the answer, the ranked passages, the chain. Without
+    one the engine is a retrieval engine, and the block says so: the ranked evidence passages first,
+    then the chain, then the best bridge entity labelled :data:`NO_LLM_LABEL` (it is not an answer).
+
+    Args:
+        pred: a :class:`~hpengine.pipeline.Prediction`, or its record as :func:`evaluate` writes
+            it (``Prediction.to_dict``: passages by title).
+        index: the index the passages come from (their titles and a snippet of their text); None:
+            no passages are shown.
+        llm: whether an LLM read the answer. Default False.
+        num_passages: passages shown, best first. Default 5.
+        num_facts: facts shown per hop (None: all). Default None.
+        note: a line after the answer (the demo's gold answer and scores). Default none.
+    """
+    if isinstance(pred, dict):  # a record: passages by title, chain as dicts
+        question, answer = pred["question"], pred["prediction"]
+        texts = {} if index is None else {p.title: p.text for p in reversed(index.passages)}
+        passages = [(t, texts.get(t, "")) for t in pred.get("retrieved", ())] if index is not None else []
+        chain = [(h["subquery"], h["answer"], [(f["score"], f["title"], f["text"]) for f in h["facts"]])
+                 for h in pred.get("chain", ())]
+    else:
+        question, answer = pred.question, pred.answer
+        passages = ([(index.passages[i].title, index.passages[i].text) for i in pred.passages if i >= 0]
+                    if index is not None else [])
+        chain = [(h.subquery, h.answer, [(f.score, f.title, f.text) for f in h.facts]) for h in pred.chain]
+    answer_lines = [f"A: {answer}" if llm else f"{NO_LLM_LABEL}: {answer or '(none found)'}"] + \
+        ([note] if note else [])
+    lines = [f"Q: {question}"] + (answer_lines if llm else [])
+    if passages:
+        shown = passages[:num_passages]
+        lines.append(f"  passages (top {len(shown)} of {len(passages)} ranked):")
+        lines += [f"    {rank}. [{title}] {_snippet(text)}" for rank, (title, text) in enumerate(shown, 1)]
+    for t, (subquery, hop_answer, facts) in enumerate(chain, 1):
+        lines.append(f"  hop {t}: {subquery!r} -> {hop_answer!r}")
+        lines += [f"     {score:+.3f} [{title}] {text}" for score, title, text in facts[:num_facts]]
+    return "\n".join(lines + ([] if llm else answer_lines))
 
 
 def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = False) -> tuple:
-    """Build the built-in index, answer the built-in questions; returns ``(build_report, result, preds)``.
+    """Build the built-in index, answer the built-in questions; returns ``(build_report, result, engine)``.
 
-    ``cfg.out`` (default: a new temporary folder) must not hold an index unless ``overwrite``."""
+    ``cfg.out`` (default: a new temporary folder) must not hold an index unless ``overwrite``;
+    ``result["index"]`` is the folder the index was written to."""
     import tempfile
 
     from hpengine.config import IndexConfig
@@ -362,4 +409,5 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = Fa
     from hpengine.eval import write_report  # the demo's report page, beside its index
 
     result["report"] = write_report([result], f"{out}.report.html", questions=questions)
+    result["index"] = out  # where the demo's index is (a new temporary folder unless out=)
     return build_report, result, engine

@@ -39,13 +39,17 @@ COMMANDS = {
               "an existing index at out= is replaced only with overwrite=true, and only once the new one is "
               "complete"),
     "add": ("add passages", "hpengine add corpus=PATH out=DIR", ""),
-    "ask": ("one question", 'hpengine ask INDEX "question" [key=value ...] [-- "question"]',
+    "ask": ("questions", 'hpengine ask INDEX "question"|-|questions=FILE [key=value ...] [-- "question"]',
             "the first two arguments that are not overrides are INDEX and the question; an override is "
             "KEY=VALUE whose KEY starts with a config key (model.llm=..., retriever=METHOD, +eval.x=...); "
-            'everything after -- is positional: hpengine ask IDX -- "model=what?"'),
+            'everything after -- is positional: hpengine ask IDX -- "model=what?". - reads one question per '
+            'line from stdin, questions=FILE a question file as eval takes; all are answered in one start-up. '
+            "Prints the ranked passages and the evidence chain; without model= the engine retrieves and names "
+            "the best bridge entity, not an answer"),
     "eval": ("a question file", "hpengine eval index=DIR questions=PATH [retriever=METHOD] [output=FILE.json]", ""),
     "demo": ("built-in default", "hpengine demo [retriever=METHOD]",
-             "index the built-in corpus, answer its questions, print chains and scores"),
+             "index the built-in corpus (into a new temporary folder unless out=DIR), answer its questions, "
+             "print passages, chains and scores"),
     "report": ("one HTML page", "hpengine report RUN.json [RUN2.json ...] [out=report.html]", "compares eval runs"),
     "grag-build": ("GRAG-MH parts", "hpengine grag-build INDEX [key=value ...]",
                    "adds the triples, communities and summary nodes that retriever=grag needs to a saved index, "
@@ -155,10 +159,14 @@ def split_ask_args(args: list, top_keys) -> tuple[str, str, list]:
             positional.extend(args[i + 1:])
             break
         (overrides if is_override(a, top_keys) else positional).append(a)
+    has_file = any(re.match(r"(?:\+\+|\+)?questions=", a) for a in overrides)
+    if len(positional) == 1 and has_file:  # hpengine ask INDEX questions=FILE: no positional question
+        return positional[0], "", overrides
     if len(positional) != 2:
         got = "no arguments" if not positional else " ".join(repr(p) for p in positional)
-        raise _user_error('ask takes INDEX and one question: hpengine ask INDEX "question" [key=value ...]; '
-                          f'quote the question, and put it after -- if it looks like key=value (got {got})')
+        raise _user_error('ask takes INDEX and one question: hpengine ask INDEX "question" [key=value ...], '
+                          '- for one question per line of stdin, or questions=FILE; quote the question, and put '
+                          f'it after -- if it looks like key=value (got {got})')
     return positional[0], positional[1], overrides
 
 
@@ -313,26 +321,51 @@ def _eval_task(cfg, options) -> None:
 
 
 def _demo_task(cfg, options) -> None:
-    from hpengine.jobs import format_report, run_demo, summary_table
+    from hpengine.jobs import format_prediction, format_report, run_demo, summary_table
 
     dcfg = job_config(cfg)
     build_report, result, engine = run_demo(dcfg, overwrite=options.get("overwrite", False))
-    print(format_report(build_report, engine.index.meta.get("build_report", {}).get("corpus", "built-in corpus")))
+    print(format_report(build_report, result["index"]))  # the folder run_demo wrote, not the corpus file
     print()
+    llm = engine.reader is not None
     for rec in result["records"]:
         recalls = " ".join(f"{k}={'n/a' if v is None else format(v, '.2f')}" for k, v in rec.items()
                            if k.startswith("recall@"))
-        print(f"Q: {rec['question']}\nA: {rec['prediction']}   (gold: {rec['gold'][0]}; em={rec['em']:.0f} "
-              f"f1={rec['f1']:.2f} {recalls})")
-        for t, hop in enumerate(rec["chain"], 1):
-            print(f"  hop {t}: {hop['subquery']!r} -> {hop['answer']!r}")
-            for f in hop["facts"][:3]:
-                print(f"     {f['score']:+.3f} [{f['title']}] {f['text']}")
-    print()
+        note = f"   (gold: {rec['gold'][0]}; em={rec['em']:.0f} f1={rec['f1']:.2f} {recalls})"
+        print(format_prediction(rec, engine.index, llm=llm, num_passages=3, num_facts=3, note=note))
+        print()
     print(summary_table(result))
+    ks = "/".join(k.split("@")[1] for k in result if k.startswith("recall@"))
+    print(f"R@k ({ks}): the share of each question's gold passages found in its top k ranked passages.")
+    print("EM/F1: the answer against the gold answers" + ("." if llm else
+          "; without an LLM they score the best bridge entity, not an answer, so they are low by design: "
+          "answers need model=qwen1.5b (or model.llm=PATH)."))
     _print_warnings(result)
     if result.get("report"):
         print(f"report page written to {result['report']}")
+
+
+def _ask_questions(question: str, questions_file: str) -> list:
+    """The questions of one ``ask``: the positional one, one per line of stdin (``-``), or the
+    ``question`` fields of ``questions=FILE`` (read before any model loads)."""
+    if questions_file:
+        from hpengine.eval import load_questions
+
+        if question:
+            raise _user_error(f"ask takes one question or questions=FILE, not both (got {question!r} and "
+                              f"questions={questions_file!r})")
+        questions = [q.question for q in load_questions(questions_file)]
+        if not questions:
+            raise _user_error(f"questions={questions_file!r} has no questions (got 0 records)")
+        return questions
+    if question == "-":  # one question per line; blank lines are skipped
+        questions = [line.strip() for line in sys.stdin if line.strip()]
+        if not questions:
+            raise _user_error("ask - reads one question per line from stdin (got no questions)")
+        return questions
+    if not question.strip():
+        raise _user_error(f"the question is empty (got {question!r})")
+    return [question]
 
 
 def _ask_task_for(index_dir: str, question: str):
@@ -341,13 +374,16 @@ def _ask_task_for(index_dir: str, question: str):
 
         if cfg.get("index"):
             raise _user_error(f"ask takes the index as its first argument, not index= (got index={cfg.index!r})")
-        if not question.strip():
-            raise _user_error(f"the question is empty (got {question!r})")
+        questions = _ask_questions(question, cfg.get("questions") or "")
         ecfg = job_config(cfg)
         ecfg.index = index_dir
         check_index_dir(index_dir, "INDEX")
-        engine = make_engine(ecfg)
-        print(format_prediction(engine.answer([question])[0]))
+        engine = make_engine(ecfg)  # start-up (models, index) is paid once for all the questions
+        llm = engine.reader is not None
+        size = ecfg.eval.batch_size
+        for b in range(0, len(questions), size):
+            for i, pred in enumerate(engine.answer(questions[b: b + size]), b):
+                print(("\n" if i else "") + format_prediction(pred, engine.index, llm=llm))
 
     return task
 

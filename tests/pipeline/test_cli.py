@@ -74,3 +74,10 @@ def test_bad_corpus_names_file_and_record(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad.json" in err and "record 1" in err and "text" in err, err
     assert not (tmp_path / "x").exists()
+
+
+def test_ask_usage_names_its_question_forms(capsys):
+    main(["ask", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert out.startswith('usage: hpengine ask INDEX "question"|-|questions=FILE')
+    assert "one question per line from stdin" in out and "not an answer" in out
