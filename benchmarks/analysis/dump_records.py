@@ -1,0 +1,91 @@
+"""Every method's records on one index (ranked passages, answers, chains, notes, paths), no-LLM and
+with a tiny random LLM: the before/after check of a behaviour-preserving change.
+
+    PYTHONPATH=OLD_CHECKOUT python benchmarks/analysis/dump_records.py --index IDX --questions Q.json --out old.json
+    PYTHONPATH=.            python benchmarks/analysis/dump_records.py --index IDX --questions Q.json --out new.json
+    python benchmarks/analysis/dump_records.py --compare old.json new.json
+
+The tiny LLM is a 2-layer Qwen2 with random weights over a tokenizer trained on the index's
+passages (``hpengine.testing``): its outputs are nonsense, but every LLM-mode code path runs and
+is deterministic, so the records must match exactly.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+
+def dump(args) -> None:
+    import torch
+
+    from hpengine.eval import load_questions
+    from hpengine.graph import Index
+    from hpengine.models import Decomposer, Reader
+    from hpengine.pipeline import Engine, encoder_for_index
+    from hpengine.testing._tiny_lm import build_tiny_pair
+
+    torch.set_num_threads(args.threads)
+    index = Index.load(args.index)
+    encoder = encoder_for_index(index.meta)
+    questions = load_questions(args.questions)
+    texts = [q.question for q in (questions[: args.max] if args.max else questions)]
+    model, tok = build_tiny_pair([p.text for p in index.passages[:300]] + texts[:200], vocab_size=320,
+                                 initializer_range=0.5)
+    out = {}
+    for method in args.methods:
+        for mode in ("nollm", "tiny"):
+            start = time.time()
+            llm = {} if mode == "nollm" else {"decomposer": Decomposer(model, tok, max_new_tokens=12),
+                                               "reader": Reader(model, tok, max_new_tokens=8)}
+            engine = Engine(index, encoder, retriever=method, **llm)
+            batch = texts if mode == "nollm" else texts[: args.llm_max]
+            preds = [p for i in range(0, len(batch), 64) for p in engine.answer(batch[i:i + 64])]
+            out[f"{method}/{mode}"] = [dataclasses.asdict(p) for p in preds]
+            print(f"{method} {mode}: {len(preds)} questions, {time.time() - start:.1f} s", flush=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, default=str)
+
+
+def compare(old_path: str, new_path: str) -> int:
+    with open(old_path, encoding="utf-8") as f:
+        old = json.load(f)
+    with open(new_path, encoding="utf-8") as f:
+        new = json.load(f)
+    differing = 0
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        same = a == b
+        differing += not same
+        print(f"{key:<20} {len(a or []):>5} questions  {'identical' if same else 'DIFFERENT'}")
+        if not same and a and b:
+            first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y) if len(a) == len(b) else 0
+            print(f"  first difference at question {first}")
+    return 1 if differing else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index")
+    ap.add_argument("--questions")
+    ap.add_argument("--out")
+    ap.add_argument("--max", type=int, default=0, help="questions for the no-LLM runs (0: all)")
+    ap.add_argument("--llm-max", type=int, default=16, help="questions for the tiny-LLM runs")
+    ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr", "grag"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
+    args = ap.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    if not (args.index and args.questions and args.out):
+        ap.error("--index, --questions and --out are needed (or --compare OLD NEW)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    dump(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
