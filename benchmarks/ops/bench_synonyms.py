@@ -1,19 +1,59 @@
-"""Synonym search (docs/methods/index.md#synonyms): tiled torch matmul + topk vs FAISS IndexFlatIP.
+"""Synonym search (docs/methods/index.md#synonyms): exact (tiled torch matmul + topk, FAISS
+IndexFlatIP) vs approximate (``backend="ivf"``: FAISS k-means cells, ``nprobe`` searched per name)
+vs HippoRAG's own all-pairs KNN.
 
-Data: V random unit vectors (dim D) with 1% planted near-duplicates (cos ~ 0.99), so the output
-is realistic: few pairs above eta. Each (implementation, V) case runs in its own subprocess so
-that peak RSS (``ru_maxrss``) belongs to that case alone; "extra MiB" is peak RSS minus the RSS
-after the embeddings were created, i.e. the search's own working set. Each case is one timed call
-after a small warm-up (a fresh process per case); the rows are harness ``Record`` s, so ``--label``,
-``--compare`` and ``--fail-if-regression`` work as for the other op benchmarks.
+Every (implementation, V) case runs in its own subprocess, so that peak RSS (``ru_maxrss``) belongs
+to that case alone; "extra MiB" is peak RSS minus the RSS after the embeddings were loaded, i.e. the
+search's own working set. A case is one timed call (wall and process CPU seconds) after a small
+warm-up; the rows are harness ``Record`` s, so ``--label``, ``--compare`` and
+``--fail-if-regression`` work as for the other op benchmarks.
 
-    python benchmarks/ops/bench_synonyms.py                      # V = 30k, 100k; D = 384
-    python benchmarks/ops/bench_synonyms.py --sizes 5000 --label synonyms_cpu   # benchmarks/results/synonyms_cpu.json
+Implementations (``--grid IMPL=V,V,...``):
+  torch     synonym_pairs(backend="torch"): exact, the reference (what "auto" runs up to 100k keys)
+  faiss     synonym_pairs(backend="faiss"): exact, IndexFlatIP
+  ivf       synonym_pairs(backend="ivf"): approximate (what "auto" runs above 100k keys)
+  hnsw      (the alternative measured for the choice) FAISS IndexHNSWFlat, inner product, M = 32,
+            efConstruction 40, efSearch --ef-search; top-17 per name, then threshold and cap as above
+  ivfflat   (the alternative measured for the choice) FAISS IndexIVFFlat with the same cells as ivf
+            (names // --cell-size lists, k-means 5 iterations on 16 names per list) and --nprobe,
+            scanned query by query as FAISS does; top-17, threshold, cap
+  hipporag  HippoRAG's retrieve_knn (src/hipporag/utils/embed_utils.py, loaded from --hipporag-src:
+            query batches of 1000 x key batches of 10000, top-2047 per name) followed by the loop of
+            HippoRAG.add_synonymy_edges (keep neighbours with score >= eta, at most 101 per name,
+            names with more than 2 alphanumerics), as HippoRAG builds its synonymy edges.
+All search all names against all names, threshold 0.8, at most 16 per name (HippoRAG: 101), self
+pairs excluded.
+
+Recall (ivf rows): pairs found / exact pairs, on ``--recall-queries`` random query names whose exact
+neighbours are computed by brute force for just those queries (exact search over all V names), and
+over all names where V <= --full-recall-max (the exact all-pairs result, computed untimed).
+
+Data (``--data``):
+  minilm     real all-MiniLM-L6-v2 embeddings (hpengine's "minilm" encoder, fp32, unit norm) of
+             entity-like names: the titles and capitalised phrases of the three dev corpora without
+             digits (~119k) plus surface variants of them ("J. Smith", "Smith", lower case,
+             "the X", "X (film)", ...) up to the largest V; encoded once into --minilm-cache
+             (~15-20 min for 200k names on 2 cores), the first V of one shuffled list per case.
+  synthetic  random unit vectors calibrated on MuSiQue's entity-name embeddings (mean cosine 0.16,
+             std 0.10, ~0.5 pairs >= 0.8 per name, 25% of names with any, PCA-64 variance 0.59):
+             a common direction, topics, an anisotropic spectrum, Zipf-sized families of variants.
+
+    # the recorded run (benchmarks/README.md#synonym-search), one thread:
+    git clone https://github.com/OSU-NLP-Group/HippoRAG /tmp/HippoRAG   # c617143 was timed
+    python benchmarks/ops/bench_synonyms.py --data minilm --threads 1 \\
+        --hipporag-src /tmp/HippoRAG/src/hipporag/utils/embed_utils.py \\
+        --grid torch=10000,20000,40000 hipporag=10000,20000,40000 ivf=20000,40000,80000,160000,200000 \\
+        --label synonyms_minilm_t1
+    python benchmarks/ops/bench_synonyms.py --grid torch=5000 ivf=5000 faiss=5000   # quick look
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
+import random
+import re
 import resource
 import subprocess
 import sys
@@ -22,21 +62,114 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
-IMPLS = ("torch", "faiss")
+IMPLS = ("torch", "faiss", "ivf", "hnsw", "ivfflat", "hipporag")
+APPROXIMATE = ("ivf", "hnsw", "ivfflat")
+ROOT = Path(__file__).resolve().parents[2]
+_PHRASE = re.compile(r"[A-Z][\w'\-]*(?:\s+(?:(?:of|the|de|von|van|and|for|la|le|del|da|du)\s+)?[A-Z][\w'\-]*)*")
+_QUALIFIERS = ("film", "band", "album", "writer", "politician", "river", "town", "company")
 
 
-def make_embeddings(num: int, dim: int, seed: int = 0):
-    """``[num, dim]`` float32 unit vectors, 1% of them noisy copies of others."""
+# --- data -----------------------------------------------------------------------------------
+
+def make_synthetic(num: int, dim: int = 384, seed: int = 0):
+    """``[num, dim]`` float32 unit vectors with the statistics of MuSiQue's entity-name embeddings.
+
+    A common direction (mean cosine ~0.16), topics of ~300 names, anisotropic noise (variance
+    decaying as i^-0.8 over a random basis) and families of variants: Zipf(2.8) sizes up to 40,
+    each variant at cosine U(0.62, 0.95) to its family root, so pairs fall on both sides of 0.8.
+    """
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    emb = torch.randn(num, dim, generator=gen)
-    num_dups = max(1, num // 100)
-    perm = torch.randperm(num, generator=gen)
-    src, dst = perm[:num_dups], perm[num_dups:2 * num_dups]
-    emb[dst] = emb[src] + 0.1 * torch.randn(num_dups, dim, generator=gen)
-    return torch.nn.functional.normalize(emb, dim=1)
+    basis = torch.linalg.qr(torch.randn(dim, dim, generator=gen))[0]
+    scale = torch.arange(1, dim + 1, dtype=torch.float) ** -0.4
+    scale = scale / scale.pow(2).mean().sqrt()
 
+    def noise(n):  # E|g|^2 = 1
+        return (torch.randn(n, dim, generator=gen) * scale / dim**0.5) @ basis.T
+
+    weights = torch.arange(1, 41, dtype=torch.float) ** -2.8
+    sizes = torch.multinomial(weights, num, replacement=True, generator=gen) + 1
+    sizes = sizes[:int((sizes.cumsum(0) < num).sum()) + 1]
+    sizes[-1] -= int(sizes.sum()) - num
+    num_roots = sizes.numel()
+    common = torch.nn.functional.normalize(torch.randn(1, dim, generator=gen), dim=1)
+    topics = torch.nn.functional.normalize(torch.randn(max(1, num // 300), dim, generator=gen), dim=1)
+    topic = torch.randint(0, topics.shape[0], (num_roots,), generator=gen)
+    root = torch.nn.functional.normalize(0.5 * common + 0.45 * topics[topic] + noise(num_roots), dim=1)
+    owner = torch.repeat_interleave(torch.arange(num_roots), sizes)
+    cos = 0.62 + 0.33 * torch.rand(num, generator=gen)
+    g = noise(num)
+    g = torch.nn.functional.normalize(g - (g * root[owner]).sum(1, keepdim=True) * root[owner], dim=1)
+    emb = cos[:, None] * root[owner] + (1 - cos[:, None] ** 2).sqrt() * g
+    first = torch.cumsum(sizes, 0) - sizes
+    emb[first] = root
+    return emb[torch.randperm(num, generator=gen)].contiguous()
+
+
+def corpus_names(data_dir: Path) -> list:
+    """Titles and capitalised phrases of the three dev corpora, without digits (as the index build
+    leaves names with digits out of the synonym search)."""
+    names = set()
+    for name in ("2wikimultihopqa", "hotpotqa", "musique"):
+        for passage in json.loads((data_dir / name / "corpus.json").read_text()):
+            names.add(passage["title"].strip())
+            names.update(m.group(0) for m in _PHRASE.finditer(passage["text"]))
+    return sorted(n for n in names if 1 < len(n) < 80 and not any(c.isdigit() for c in n))
+
+
+def _variants(name: str, rng: random.Random) -> list:
+    words = name.split()
+    out = []
+    if len(words) >= 2:
+        out += [f"{words[0][0]}. {' '.join(words[1:])}", " ".join(words[1:]), " ".join(words[:-1])]
+    out.append(name.lower())
+    out.append(name[4:] if name.startswith("The ") else f"the {name}")
+    out.append(f"{name} ({rng.choice(_QUALIFIERS)})")
+    return out
+
+
+def make_names(num: int, data_dir: Path, seed: int = 0) -> list:
+    """``num`` distinct names: the corpus names plus variants of random ones, shuffled."""
+    rng = random.Random(seed)
+    pool = corpus_names(data_dir)
+    names = set(pool)
+    while len(names) < num:
+        names.update(_variants(rng.choice(pool), rng))
+    names = sorted(names)
+    rng.shuffle(names)
+    return names[:num]
+
+
+def load_minilm(num: int, cache: Path, data_dir: Path):
+    """(names, float32 ``[num, 384]`` embeddings): the first ``num`` of the cached list, encoding
+    it first if the cache is missing or shorter."""
+    import torch
+
+    if cache.exists():
+        data = torch.load(cache)
+        if len(data["names"]) >= num:
+            return data["names"][:num], data["emb"][:num]
+    from sentence_transformers import SentenceTransformer
+
+    from hpengine.models import resolve_model_path
+
+    names = make_names(num, data_dir)
+    model = SentenceTransformer(resolve_model_path("minilm"), device="cpu")
+    emb = model.encode(names, batch_size=256, normalize_embeddings=True, convert_to_tensor=True,
+                       show_progress_bar=False).float().contiguous()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"names": names, "emb": emb}, cache)
+    return names, emb
+
+
+def load_data(args, num: int):
+    if args.data == "synthetic":
+        return None, make_synthetic(num)
+    return load_minilm(num, Path(args.minilm_cache), Path(args.data_dir))
+
+
+# --- one case, in its own process -------------------------------------------------------------
 
 def _rss_mib() -> float:
     with open("/proc/self/status") as f:
@@ -46,81 +179,216 @@ def _rss_mib() -> float:
     return float("nan")
 
 
-def run_case(impl: str, num: int, dim: int, block_size: int, threshold: float, k: int, threads: int = 0,
-             device: str = "cpu") -> dict:
+def hipporag_synonymy(retrieve_knn, names, emb, threshold: float) -> int:
+    """HippoRAG's synonymy edges: ``retrieve_knn`` over all names, then add_synonymy_edges' loop
+    (HippoRAG.py at c617143: neighbours in decreasing score while score >= threshold, at most 101,
+    the node itself skipped, only names with more than 2 alphanumerics). The number of edges."""
+    ids = [f"entity-{hashlib.md5(n.encode()).hexdigest()}" for n in names]  # compute_mdhash_id
+    vecs = emb.numpy()  # the embedding store returns numpy rows
+    knn = retrieve_knn(query_ids=ids, key_ids=ids, query_vecs=vecs, key_vecs=vecs, k=2047,
+                       query_batch_size=1000, key_batch_size=10000)
+    content = dict(zip(ids, names))
+    edges = {}
+    for node, (nns, scores) in knn.items():
+        if len(re.sub("[^A-Za-z0-9]", "", content[node])) <= 2:
+            continue
+        kept = 0
+        for nn, score in zip(nns, scores):
+            if score < threshold or kept > 100:
+                break
+            if nn != node and content[nn] != "":
+                edges[(node, nn)] = score
+                kept += 1
+    return len(edges)
+
+
+def _load_retrieve_knn(path: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hipporag_embed_utils", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.retrieve_knn
+
+
+def faiss_index_pairs(kind: str, emb, threshold: float, k: int, cell_size: int, nprobe: int, ef_search: int):
+    """All-pairs search with a plain FAISS approximate index (hnsw | ivfflat): ``[2, n]`` pairs."""
+    import faiss
+    import torch
+
+    x = emb.numpy()
+    num, dim = x.shape
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 40
+        index.add(x)
+        index.hnsw.efSearch = ef_search
+    else:
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, max(1, num // cell_size), faiss.METRIC_INNER_PRODUCT)
+        index.cp.niter, index.cp.max_points_per_centroid, index.cp.min_points_per_centroid = 5, 16, 1
+        index.train(x)
+        index.add(x)
+        index.nprobe = nprobe
+    sim, key = (torch.from_numpy(a) for a in index.search(x, k + 1))
+    is_dropped = (key < 0) | (key == torch.arange(num)[:, None]) | (sim < threshold)
+    sim = sim.masked_fill(is_dropped, float("-inf"))
+    sim, pos = sim.topk(k, dim=1)
+    row, col = (sim > float("-inf")).nonzero(as_tuple=True)
+    return torch.stack([row, key.gather(1, pos)[row, col]])
+
+
+def _exact_sample(emb, qids, threshold: float, k: int) -> set:
+    """Exact (query, key) pairs of the sampled queries: brute force over all keys."""
+    from hpengine.graph import synonym_pairs
+
+    pairs = synonym_pairs(emb[qids], emb, threshold=threshold, max_per_entity=k + 1, exclude_self=False,
+                          backend="torch")
+    pairs = pairs[:, qids[pairs[0]] != pairs[1]]
+    out, count = set(), {}
+    for q, key in pairs.t().tolist():  # already sorted by decreasing similarity per query
+        if count.get(q, 0) < k:
+            out.add((int(qids[q]), key))
+            count[q] = count.get(q, 0) + 1
+    return out
+
+
+def run_case(impl: str, num: int, args) -> dict:
     """One measurement (called in a fresh subprocess)."""
     import torch
 
     from hpengine.graph import synonym_pairs
 
-    if threads:
-        torch.set_num_threads(threads)
-    emb = make_embeddings(num, dim).to(device)
-    synonym_pairs(emb[:256], emb[:1024], threshold=threshold, max_per_entity=k, backend=impl)  # warm-up
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        import faiss
+
+        faiss.omp_set_num_threads(args.threads)
+    names, emb = load_data(args, num)
+    if names is None:
+        names = [f"synthetic name {i}" for i in range(num)]  # distinct, and each passes HippoRAG's length filter
+    kwargs = dict(threshold=args.threshold, max_per_entity=args.k, block_size=args.block_size)
+    if impl == "hipporag":
+        retrieve_knn = _load_retrieve_knn(args.hipporag_src)
+        search = lambda: hipporag_synonymy(retrieve_knn, names, emb, args.threshold)  # noqa: E731
+        hipporag_synonymy(retrieve_knn, names[:1024], emb[:1024], args.threshold)  # warm-up
+    elif impl in ("hnsw", "ivfflat"):
+        search = lambda: faiss_index_pairs(impl, emb, args.threshold, args.k, args.cell_size, args.nprobe,  # noqa: E731
+                                           args.ef_search)
+        faiss_index_pairs(impl, emb[:1024], args.threshold, args.k, args.cell_size, args.nprobe, args.ef_search)
+    else:
+        kwargs.update(backend=impl, cell_size=args.cell_size, nprobe=args.nprobe)
+        search = lambda: synonym_pairs(emb, emb, **kwargs)  # noqa: E731
+        synonym_pairs(emb[:256], emb[:1024], **kwargs)  # warm-up
     base = _rss_mib()
-    start = time.perf_counter()
-    pairs = synonym_pairs(emb, emb, threshold=threshold, max_per_entity=k, block_size=block_size, backend=impl)
-    if emb.is_cuda:
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    start, cpu = time.perf_counter(), time.process_time()
+    pairs = search()
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"impl": impl, "V": num, "D": dim, "seconds": seconds, "entities_per_s": num / seconds,
-            "peak_rss_mib": peak, "extra_mib": peak - base, "pairs": int(pairs.shape[1]),
-            "threads": torch.get_num_threads()}
+    row = {"impl": impl, "V": num, "D": emb.shape[1], "data": args.data, "seconds": seconds, "cpu_seconds": cpu,
+           "peak_rss_mib": peak, "extra_mib": peak - base, "threads": torch.get_num_threads(),
+           "pairs": pairs if isinstance(pairs, int) else int(pairs.shape[1])}
+    if impl in APPROXIMATE:
+        row.update(cell_size=args.cell_size, nprobe=args.nprobe, ef_search=args.ef_search)
+        got = set(map(tuple, pairs.t().tolist()))
+        qids = torch.randperm(num, generator=torch.Generator().manual_seed(1))[:args.recall_queries]
+        ref = _exact_sample(emb, qids, args.threshold, args.k)
+        sampled = set(qids.tolist())
+        found = {p for p in got if p[0] in sampled}
+        row.update(recall_sample=len(found & ref) / max(1, len(ref)), sample_pairs=len(ref),
+                   sample_extra=len(found - ref))
+        if num <= args.full_recall_max:
+            exact = synonym_pairs(emb, emb, threshold=args.threshold, max_per_entity=args.k, backend="torch")
+            exact = set(map(tuple, exact.t().tolist()))
+            row.update(recall=len(got & exact) / max(1, len(exact)), exact_pairs=len(exact),
+                       is_subset=got <= exact)
+    return row
 
 
-def _spawn(impl: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", impl, "--sizes", str(args.num), "--dim", str(args.dim),
-           "--block-size", str(args.block_size), "--threshold", str(args.threshold), "--k", str(args.k),
-           "--threads", str(args.threads), "--device", args.device]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+def _spawn(impl: str, num: int, args) -> dict:
+    cmd = [sys.executable, __file__, "--worker", impl, "--grid", f"{impl}={num}", "--data", args.data,
+           "--data-dir", args.data_dir, "--minilm-cache", args.minilm_cache, "--block-size", str(args.block_size),
+           "--threshold", str(args.threshold), "--k", str(args.k), "--cell-size", str(args.cell_size),
+           "--nprobe", str(args.nprobe), "--ef-search", str(args.ef_search), "--recall-queries", str(args.recall_queries),
+           "--full-recall-max", str(args.full_recall_max), "--threads", str(args.threads), "--device", args.device]
+    if args.hipporag_src:
+        cmd += ["--hipporag-src", args.hipporag_src]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
+# --- report -----------------------------------------------------------------------------------
+
 def print_table(rows: list[dict]) -> None:
-    print(f"{'V':>8} {'impl':>6} {'seconds':>9} {'ent/s':>9} {'peak MiB':>9} {'extra MiB':>10} {'pairs':>7} "
-          f"{'time / faiss':>13}")
-    faiss_s = {r["V"]: r["seconds"] for r in rows if r["impl"] == "faiss"}
+    exact_s = {r["V"]: r["seconds"] for r in rows if r["impl"] == "torch"}
+    print(f"{'V':>8} {'impl':>9} {'seconds':>9} {'cpu s':>8} {'extra MiB':>10} {'pairs':>8} {'recall':>8} "
+          f"{'recall@2k':>10} {'time / torch':>13}")
     for r in rows:
-        ratio = r["seconds"] / faiss_s[r["V"]] if r["V"] in faiss_s else float("nan")
-        print(f"{r['V']:>8} {r['impl']:>6} {r['seconds']:>9.2f} {r['entities_per_s']:>9.0f} "
-              f"{r['peak_rss_mib']:>9.0f} {r['extra_mib']:>10.0f} {r['pairs']:>7} {ratio:>13.2f}")
+        ratio = r["seconds"] / exact_s[r["V"]] if r["V"] in exact_s else float("nan")
+        recall = f"{r['recall']:.4f}" if "recall" in r else "-"
+        sampled = f"{r['recall_sample']:.4f}" if "recall_sample" in r else "-"
+        print(f"{r['V']:>8} {r['impl']:>9} {r['seconds']:>9.2f} {r['cpu_seconds']:>8.2f} {r['extra_mib']:>10.0f} "
+              f"{r['pairs']:>8} {recall:>8} {sampled:>10} {ratio:>13.2f}")
+    for impl in IMPLS:  # time growth: each size against the smallest of that implementation
+        mine = sorted((r for r in rows if r["impl"] == impl), key=lambda r: r["V"])
+        if len(mine) > 1:
+            first = mine[0]
+            growth = ", ".join(f"{r['V'] / first['V']:.0f}x names: {r['seconds'] / first['seconds']:.1f}x wall "
+                               f"({r['cpu_seconds'] / first['cpu_seconds']:.1f}x cpu)" for r in mine[1:])
+            print(f"{impl} from {first['V']}: {growth}")
 
 
 def to_record(row: dict):
-    """A worker's row as a harness :class:`~_harness.Record` (items: entities; peak: the search's own MiB)."""
+    """A worker's row as a harness :class:`~_harness.Record` (items: names; peak: the search's own MiB)."""
     from _harness import Record
 
-    extra = {k: row[k] for k in ("peak_rss_mib", "pairs", "threads")}
-    return Record("synonyms", row["impl"], {"V": row["V"], "D": row["D"]}, row["seconds"], row["V"], 1,
-                  row["extra_mib"], extra)
+    extra = {k: v for k, v in row.items() if k not in ("impl", "V", "D", "seconds", "extra_mib")}
+    return Record("synonyms", row["impl"], {"V": row["V"], "D": row["D"], "data": row["data"]}, row["seconds"],
+                  row["V"], 1, row["extra_mib"], extra)
+
+
+def _parse_grid(items: list) -> list:
+    cases = []
+    for item in items:
+        impl, _, sizes = item.partition("=")
+        if impl not in IMPLS or not sizes:
+            raise SystemExit(f"--grid takes IMPL=V[,V...] with IMPL one of {list(IMPLS)} (got {item!r})")
+        cases += [(impl, int(v)) for v in sizes.split(",")]
+    return cases
 
 
 def main(argv=None) -> int:
     from _harness import add_common_args, finish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[30_000, 100_000])
-    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--grid", nargs="+", default=["torch=5000", "ivf=5000"], help="IMPL=V[,V...] cases")
+    parser.add_argument("--data", choices=("minilm", "synthetic"), default="synthetic")
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="the dev corpora (minilm)")
+    parser.add_argument("--minilm-cache", default=str(Path.home() / ".cache" / "hpengine" / "bench_synonyms_minilm.pt"))
+    parser.add_argument("--hipporag-src", help="HippoRAG's src/hipporag/utils/embed_utils.py (for impl hipporag)")
     parser.add_argument("--block-size", type=int, default=2048)
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    parser.add_argument("--cell-size", type=int, default=128, help="ivf: names per cell")
+    parser.add_argument("--nprobe", type=int, default=8, help="ivf: cells searched per name")
+    parser.add_argument("--ef-search", type=int, default=64, help="hnsw: efSearch")
+    parser.add_argument("--recall-queries", type=int, default=2000)
+    parser.add_argument("--full-recall-max", type=int, default=40_000)
     parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
     add_common_args(parser)
     args = parser.parse_args(argv)
+    cases = _parse_grid(args.grid)
     if args.worker:
-        print(json.dumps(run_case(args.worker, args.sizes[0], args.dim, args.block_size, args.threshold, args.k,
-                                  args.threads, args.device)))
+        print(json.dumps(run_case(args.worker, cases[0][1], args)))
         return 0
+    if any(impl == "hipporag" for impl, _ in cases) and not args.hipporag_src:
+        raise SystemExit("impl hipporag needs --hipporag-src PATH/src/hipporag/utils/embed_utils.py (got none)")
     rows = []
-    for num in args.sizes:
-        args.num = num
-        for impl in args.impls:
-            rows.append(_spawn(impl, args))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    for impl, num in cases:
+        rows.append(_spawn(impl, num, args))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print_table(rows)
-    return finish(args, [to_record(r) for r in rows])
+    return finish(args, [to_record(r) for r in rows], {"grid": args.grid, "data": args.data})
 
 
 if __name__ == "__main__":
