@@ -14,8 +14,8 @@ setup(
     long_description=(ROOT / "README.md").read_text(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["hpengine", "hpengine.*"]) + ["hpengine.kernels", "hpengine.conf"],
-    package_dir={"hpengine.kernels": "kernels", "hpengine.conf": "conf"},
+    packages=find_packages(include=["hpengine", "hpengine.*"]) + ["hpengine.conf"],
+    package_dir={"hpengine.conf": "conf"},
     package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine": ["data/*.json"]},
     install_requires=[
         "torch>=2.4",

@@ -145,3 +145,18 @@ def test_no_import_cycles():
                 graph.add_edge(path.relative_to(ROOT).as_posix(), target.relative_to(ROOT).as_posix())
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_repository_root_shadows_no_installed_package():
+    """Run from the repository root (``python -m pytest``), a top-level folder that is a regular
+    package wins over site-packages: ``kernels/__init__.py`` once shadowed the Hugging Face
+    ``kernels`` distribution that transformers imports, and every model import failed."""
+    import importlib.metadata
+
+    installed = set(importlib.metadata.packages_distributions())
+    installed |= {d.metadata["Name"].lower().replace("-", "_") for d in importlib.metadata.distributions()}
+    assert "kernels" in installed  # transformers needs it; else this test would check nothing
+    packages = [p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    shadowing = sorted(name for name in packages if name != "hpengine" and name in installed)
+    assert not shadowing, (f"{shadowing} are regular packages at the repository root and shadow installed "
+                           "distributions of the same name: keep them plain folders")
