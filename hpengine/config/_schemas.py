@@ -107,14 +107,14 @@ class GraphConfig:
     synonym_threshold: float | None = None  # eta in [-1, 1]; None: the encoder's (EncoderConfig.synonym_threshold)
     synonym_max_per_entity: int = 16  # top-k cap of the blocked nearest-neighbour search (at most MAX_TOP = 1000)
     synonym_block_size: int = 2048  # entity names per block of that search (at most MAX_BATCH = 65,536)
-    # auto: exact torch search up to synonym_exact_max_keys names, approximate ivf above | torch (exact) |
-    # faiss (exact IndexFlatIP) | ivf (approximate: k-means cells, nprobe of them searched per name)
+    # auto: exact torch search up to synonym_exact_max_keys names, approximate nndescent above | torch (exact) |
+    # faiss (exact IndexFlatIP) | nndescent (approximate: pynndescent's k-NN graph, candidates re-scored exactly)
     synonym_backend: str = "auto"
     # size switch of auto (hpengine.graph.synonym_pairs' exact_max_keys): the dev corpora have at most
     # 73,813 entity names (HotpotQA), so their indexes keep the exact search and its output
     synonym_exact_max_keys: int = 100_000
-    synonym_ivf_cell_size: int = 128  # ivf: mean names per k-means cell, cells = names // size (at most MAX_BATCH)
-    synonym_ivf_nprobe: int = 8  # ivf: cells searched per name, at most MAX_CELLS = 65,536 (recall vs time: bench_synonyms.py)
+    # nndescent: graph neighbours (candidates) per name, 2 to MAX_TOP = 1000 (recall vs time: bench_synonyms.py)
+    synonym_ann_neighbors: int = 24
     synonym_skip_digits: bool = True  # names with digits (dates, years) match only exactly
 
     def __post_init__(self):
@@ -123,10 +123,9 @@ class GraphConfig:
             _check_range("graph.synonym_threshold", self.synonym_threshold, -1.0, 1.0)
         _check_range("graph.synonym_max_per_entity", self.synonym_max_per_entity, 0, MAX_TOP)
         _check_range("graph.synonym_block_size", self.synonym_block_size, 1, MAX_BATCH)
-        _check_choice("graph.synonym_backend", self.synonym_backend, {"auto", "torch", "faiss", "ivf"})
+        _check_choice("graph.synonym_backend", self.synonym_backend, {"auto", "torch", "faiss", "nndescent"})
         _check_range("graph.synonym_exact_max_keys", self.synonym_exact_max_keys, 0, 10**9)  # a billion names
-        _check_range("graph.synonym_ivf_cell_size", self.synonym_ivf_cell_size, 1, MAX_BATCH)
-        _check_range("graph.synonym_ivf_nprobe", self.synonym_ivf_nprobe, 1, MAX_CELLS)
+        _check_range("graph.synonym_ann_neighbors", self.synonym_ann_neighbors, 2, MAX_TOP)
 
 
 @dataclass

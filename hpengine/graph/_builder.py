@@ -78,7 +78,7 @@ def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: Grap
     pairs = synonym_pairs(entity_emb[query_ids], entity_emb[key_ids], threshold=cfg.synonym_threshold,
                           max_per_entity=cap, block_size=cfg.synonym_block_size, exclude_self=False,
                           backend=cfg.synonym_backend, exact_max_keys=cfg.synonym_exact_max_keys,
-                          cell_size=cfg.synonym_ivf_cell_size, nprobe=cfg.synonym_ivf_nprobe)
+                          ann_neighbors=cfg.synonym_ann_neighbors)
     pairs = torch.stack([query_ids[pairs[0]], key_ids[pairs[1]]])
     return pairs[:, pairs[0] != pairs[1]]
 

@@ -3,14 +3,13 @@
 The exact nearest-neighbour search is tiled (``[block, block]`` similarity tiles merged with
 ``torch.topk``) or delegated to FAISS, so memory stays O(block² + Nq·k), never O(V²); its time is
 quadratic in the names. Above ``exact_max_keys`` keys the default (``backend="auto"``) switches to
-an approximate inverted-file search (``"ivf"``): FAISS k-means cells, each name compared only with
-the keys of its ``nprobe`` nearest cells, by exact float32 matmul tiles (benchmarks/README.md#synonym-search).
+an approximate search (``"nndescent"``): the k-nearest-neighbour graph of the names by NN-descent
+(pynndescent), its candidates re-scored exactly (benchmarks/README.md#synonym-search).
 Embeddings are assumed L2-normalised (as :class:`hpengine.models.Encoder` returns them), so the
 inner product is the cosine.
 """
 from __future__ import annotations
 
-import warnings
 
 import torch
 from torch import Tensor
@@ -18,15 +17,13 @@ from torch import Tensor
 from hpengine.sparse import coalesce_pairs
 from hpengine.typing import WITH_FAISS, WITH_FAISS_GPU
 
-_BACKENDS = ("auto", "faiss", "ivf", "torch")
-# Size switch of backend="auto": up to this many keys the exact tiled search (the three dev corpora
-# have at most 73,813 entity names, so their indexes stay exact); above it the IVF search
-# (bench_synonyms.py: at 100k names, one thread, exact ~4 min; IVF recall 1.0 in ~10 s).
+_BACKENDS = ("auto", "faiss", "nndescent", "torch")
+# Size switch of backend="auto": up to this many keys the exact tiled search. The dev corpora have
+# at most 73,813 entity names (HotpotQA), so their indexes keep the exact search and its output.
+# bench_synonyms.py, MiniLM names, one thread: exact 122 s at 80k names and growing 4x per 2x;
+# nndescent 34 s at 160k (recall 0.996) plus a one-off numba compilation of about a minute.
 EXACT_MAX_KEYS = 100_000
-IVF_CELL_SIZE = 256  # mean keys per k-means cell (nlist = keys // cell_size); see bench_synonyms.py
-IVF_NPROBE = 8  # cells searched per query
-_KMEANS_ITER = 5  # k-means iterations of the cell training (2: recall -0.006 at 160k names, 0: -0.05)
-_KMEANS_POINTS_PER_CELL = 16  # keys sampled per cell for the training (FAISS max_points_per_centroid)
+ANN_NEIGHBORS = 24  # candidates per name (17: recall 0.991 at 160k names; 24: 0.996, 1.4x the time)
 
 
 def _check_embeddings(queries: Tensor, keys: Tensor) -> None:
@@ -56,31 +53,34 @@ def _check_options(threshold, max_per_entity, block_size, query_offset, backend)
         raise ValueError(f"query_offset must be an int >= 0 (got {query_offset!r})")
 
 
-def _check_ivf_options(exact_max_keys, cell_size, nprobe, seed) -> None:
-    for name, value, lo in (("exact_max_keys", exact_max_keys, 0), ("cell_size", cell_size, 1),
-                            ("nprobe", nprobe, 1), ("seed", seed, 0)):
+def _check_ann_options(exact_max_keys, ann_neighbors, seed) -> None:
+    for name, value, lo in (("exact_max_keys", exact_max_keys, 0), ("ann_neighbors", ann_neighbors, 2),
+                            ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise ValueError(f"{name} must be an int >= {lo} (got {value!r})")
 
 
 def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_per_entity: int = 16,
                   block_size: int = 2048, query_offset: int = 0, exclude_self: bool = True,
-                  backend: str = "auto", exact_max_keys: int = EXACT_MAX_KEYS, cell_size: int = IVF_CELL_SIZE,
-                  nprobe: int = IVF_NPROBE, seed: int = 0, return_similarity: bool = False):
+                  backend: str = "auto", exact_max_keys: int = EXACT_MAX_KEYS, ann_neighbors: int = ANN_NEIGHBORS,
+                  seed: int = 0, return_similarity: bool = False):
     """Directed synonym pairs: for each query, its nearest keys with cosine >= ``threshold``.
 
     Query ``i`` is entity ``query_offset + i`` of the key table, so new entities can be matched
     against all entities (``queries = keys[query_offset:]``) without re-searching old ones.
 
-    The exact backends cost time quadratic in the names; ``"ivf"`` is approximate and about linear
-    (benchmarks/README.md#synonym-search). It splits the keys into ``Nk // cell_size`` cells by
-    FAISS spherical k-means (``seed``; trained single-threaded on at most 16 keys per cell) and
-    compares each query, by exact float32 matmul tiles, only with the keys of its ``nprobe``
-    nearest cells. So every pair it returns has its exact cosine (>= ``threshold``); it misses the
-    pairs whose key lies outside the probed cells. With an uncapped search (or a cap that does not
-    bind) its pairs are a subset of the exact ones; when the cap binds, a missed neighbour can let
-    the next one in. The cells depend only on the keys, ``seed`` and the FAISS build, so the output
-    is deterministic for a machine and thread count (as the torch backend's float32 rounding is).
+    The exact backends cost time quadratic in the names; ``"nndescent"`` is approximate and grows
+    about linearly (benchmarks/README.md#synonym-search). It builds the ``ann_neighbors``-nearest
+    neighbour graph of the keys by NN-descent (pynndescent, inner product, seeded by ``seed``),
+    takes each query's graph neighbours as candidates (its row of the graph when the queries are
+    keys, ``keys[query_offset:query_offset + Nq]``; a search of that graph otherwise) and re-scores
+    them exactly (float32, on the input device) before the threshold and the cap. So every pair it
+    returns has its exact cosine (>= ``threshold``); it misses a pair whose key is not among the
+    query's candidates. With a cap that does not bind its pairs are a subset of the exact ones;
+    when the cap binds, a missed neighbour can let the next one in. With ``max_per_entity=0`` (no
+    cap) a query has at most ``ann_neighbors`` pairs. The graph depends on the keys, ``seed`` and
+    the number of threads; the first call in a process compiles pynndescent's numba code (about a
+    minute, cached on disk after).
 
     Args:
         queries: ``[Nq, D]`` L2-normalised embeddings (not checked: the inner product is taken
@@ -89,21 +89,20 @@ def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_
         threshold: eta; pairs with cosine ``>=`` it are kept. Default 0.8 (MiniLM's eta).
         max_per_entity: keep at most this many keys per query (the most similar ones; which of
             several tied keys at the cap is kept is unspecified). 0 means no cap. Default 16.
-        block_size: rows of queries, and of keys, per similarity tile (torch and ivf backends:
+        block_size: rows of queries, and of keys, per similarity tile (torch backend:
             memory is about ``block_size² + 2·block_size·max_per_entity`` floats), queries per
             search call (faiss). Default 2048.
         query_offset: key id of the first query. Default 0.
         exclude_self: drop the pair ``(query_offset + i, query_offset + i)``. Default True.
-        backend: ``"auto"`` (``"torch"`` up to ``exact_max_keys`` keys, else ``"ivf"``; torch
-            when FAISS is missing, with a warning), ``"torch"`` (exact: tiled matmul +
-            ``torch.topk`` on the input device, the reference), ``"faiss"`` (exact
-            ``IndexFlatIP``; GPU FAISS for CUDA inputs when installed) or ``"ivf"`` (approximate,
-            above; k-means on the host, tiles on the input device). Default auto.
+        backend: ``"auto"`` (``"torch"`` up to ``exact_max_keys`` keys, else ``"nndescent"``),
+            ``"torch"`` (exact: tiled matmul + ``torch.topk`` on the input device, the reference),
+            ``"faiss"`` (exact ``IndexFlatIP``; GPU FAISS for CUDA inputs when installed) or
+            ``"nndescent"`` (approximate, above; the graph on the host, re-scoring on the input
+            device). Default auto.
         exact_max_keys: the size switch of ``"auto"``. Default 100,000.
-        cell_size: ivf: mean keys per cell. Default 256.
-        nprobe: ivf: cells searched per query (more: higher recall, proportionally slower).
-            Default 8.
-        seed: ivf: k-means seed. Default 0.
+        ann_neighbors: nndescent: graph neighbours per key, the candidates of each query (at
+            least ``max_per_entity + 1``; more: higher recall, slower). Default 24.
+        seed: nndescent: random seed of the graph build. Default 0.
         return_similarity: also return the float32 cosine of each pair. Default False.
 
     Returns:
@@ -122,20 +121,18 @@ def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_
     """
     _check_embeddings(queries, keys)
     _check_options(threshold, max_per_entity, block_size, query_offset, backend)
-    _check_ivf_options(exact_max_keys, cell_size, nprobe, seed)
+    _check_ann_options(exact_max_keys, ann_neighbors, seed)
     if backend == "auto":
-        backend = "torch" if keys.shape[0] <= exact_max_keys else "ivf"
-        if backend == "ivf" and not WITH_FAISS:
-            warnings.warn(f"synonym_pairs: {keys.shape[0]} keys > exact_max_keys={exact_max_keys} but FAISS is "
-                          f"missing, so the exact (quadratic) torch search runs; install faiss-cpu", stacklevel=2)
-            backend = "torch"
+        backend = "torch" if keys.shape[0] <= exact_max_keys else "nndescent"
     if queries.shape[0] == 0 or keys.shape[0] == 0:
         pairs, sim = torch.zeros(2, 0, dtype=torch.long, device=queries.device), queries.new_zeros(0).float()
     elif backend == "faiss":
         pairs, sim = _faiss_pairs(queries, keys, threshold, max_per_entity, block_size, query_offset, exclude_self)
-    elif backend == "ivf":
-        pairs, sim = _ivf_pairs(queries, keys, threshold, max_per_entity, block_size, query_offset, exclude_self,
-                                cell_size, nprobe, seed)
+    elif backend == "nndescent":
+        num_candidates = min(max(ann_neighbors, max_per_entity + 1), keys.shape[0])
+        candidates = _nndescent_candidates(queries, keys, query_offset, num_candidates, seed)
+        pairs, sim = _rescore_candidates(queries, keys, candidates, threshold=threshold, max_per_entity=max_per_entity,
+                                        block_size=block_size, query_offset=query_offset, exclude_self=exclude_self)
     else:
         search = _block_pairs_topk if max_per_entity > 0 else _block_pairs_all
         parts = []
@@ -257,131 +254,71 @@ def _faiss_block_range(index, block, first_id: int, threshold: float, exclude_se
     return torch.stack([row[order] + first_id, key[order]]), sim[order]
 
 
-def _ivf_pairs(queries: Tensor, keys: Tensor, threshold: float, k: int, block_size: int, query_offset: int,
-               exclude_self: bool, cell_size: int, nprobe: int, seed: int) -> tuple[Tensor, Tensor]:
-    """Same contract as the torch backend, searching only the keys of each query's ``nprobe`` nearest cells.
-
-    An inverted file whose lists are scanned cell by cell as matmul tiles (all queries probing a
-    cell against its keys) instead of query by query as FAISS ``IndexIVFFlat`` does: on an
-    all-pairs search that scan is memory bound, the tiles are not (bench_synonyms.py).
-    """
-    if not WITH_FAISS:
-        raise ImportError("backend='ivf' needs FAISS for its k-means: pip install faiss-cpu (got no faiss)")
+def _nndescent_candidates(queries: Tensor, keys: Tensor, query_offset: int, num_candidates: int,
+                          seed: int) -> Tensor:
+    """int64 ``[Nq, C]`` candidate key ids per query (-1: none) from pynndescent's k-NN graph of the keys."""
+    try:
+        from pynndescent import NNDescent
+    except ImportError as exc:
+        raise ImportError("backend='nndescent' needs pynndescent: pip install pynndescent") from exc
     num_queries = queries.shape[0]
-    keys32, queries32 = keys.float(), queries.float()
-    centroids = _train_cells(keys32, max(1, keys.shape[0] // cell_size), seed)  # [C, D] float32
-    # a self-join (queries are keys[query_offset:]) probes each vector once: its best probe is its cell
+    keys_np = keys.detach().float().cpu().contiguous().numpy()
+    if num_candidates >= keys.shape[0]:  # every key is a candidate: no graph needed
+        return torch.arange(keys.shape[0], device=queries.device).expand(num_queries, -1)
+    index = NNDescent(keys_np, metric="dot", n_neighbors=num_candidates, random_state=seed,
+                      n_jobs=torch.get_num_threads(), low_memory=True, verbose=False)
     is_self_join = (query_offset + num_queries <= keys.shape[0] and queries.dtype == keys.dtype
                     and torch.equal(queries, keys[query_offset:query_offset + num_queries]))
-    probes = min(nprobe, centroids.shape[0])
-    key_probe = _nearest_cells(keys32, centroids, probes if is_self_join else 1, block_size)  # [Nk, P] int64
     if is_self_join:
-        query_probe = key_probe[query_offset:query_offset + num_queries]
+        graph = index.neighbor_graph[0][query_offset:query_offset + num_queries]
     else:
-        query_probe = _nearest_cells(queries32, centroids, probes, block_size)  # [Nq, P] int64
-    query_row = torch.arange(num_queries, device=keys.device).repeat_interleave(probes)
-    row, col, sim = _grouped_search(queries32, query_offset, query_row, query_probe.reshape(-1), keys32,
-                                    key_probe[:, 0], centroids.shape[0], threshold, k, block_size, exclude_self)
-    return torch.stack([row + query_offset, col]), sim
+        graph = index.query(queries.detach().float().cpu().contiguous().numpy(), k=num_candidates)[0]
+    return torch.from_numpy(graph.astype("int64")).to(queries.device)
 
 
-def _train_cells(keys: Tensor, num_cells: int, seed: int) -> Tensor:
-    """float32 ``[C, D]`` unit centroids: FAISS spherical k-means on the host, single-threaded."""
-    import faiss
+def _rescore_candidates(queries: Tensor, keys: Tensor, candidates: Tensor, *, threshold: float = 0.8,
+                       max_per_entity: int = 16, block_size: int = 2048, query_offset: int = 0,
+                       exclude_self: bool = True) -> tuple[Tensor, Tensor]:
+    """Exact cosines of candidate pairs, then the threshold and the per-query cap.
 
-    if num_cells == 1:  # one cell holds every key: the search is exact and the centroid unused
-        return keys.new_ones(1, keys.shape[1])
-    kmeans = faiss.Kmeans(keys.shape[1], num_cells, niter=_KMEANS_ITER, seed=seed, spherical=True,
-                          max_points_per_centroid=_KMEANS_POINTS_PER_CELL, min_points_per_centroid=1)
-    # k-means assigns by BLAS products whose rounding depends on the thread count: one thread
-    # makes the cells the same on every machine size (training on a 16-per-cell sample is cheap)
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        kmeans.train(keys.detach().cpu().contiguous().numpy())
-    finally:
-        faiss.omp_set_num_threads(threads)
-    return torch.from_numpy(kmeans.centroids).to(keys.device)
+    The approximate search's second half: whatever proposed the candidates, every returned pair
+    has its exact float32 cosine. With all keys as candidates it equals the exact search up to
+    the order of tied pairs.
 
+    Args:
+        queries: ``[Nq, D]``, query ``i`` is key ``query_offset + i`` for ``exclude_self``.
+        keys: ``[Nk, D]``.
+        candidates: int64 ``[Nq, C]`` key ids, ``-1`` for none; repeated ids are kept once.
+        threshold, max_per_entity, block_size, query_offset, exclude_self: as :func:`synonym_pairs`.
 
-def _nearest_cells(x: Tensor, centroids: Tensor, probes: int, block_size: int) -> Tensor:
-    """int64 ``[N, probes]`` ids of each row's most similar centroids, tiles of <= block_size² floats."""
-    rows = max(1, block_size * block_size // centroids.shape[0])
-    return torch.cat([(x[start:start + rows] @ centroids.T).topk(probes, dim=1).indices
-                      for start in range(0, x.shape[0], rows)])
-
-
-def _grouped_search(queries: Tensor, first_id: int, slot_row: Tensor, slot_cell: Tensor, keys: Tensor,
-                    key_cell: Tensor, num_cells: int, threshold: float, k: int, block_size: int,
-                    exclude_self: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Pairs >= threshold of each query with the keys of the cells it probes, its ``k`` best (0: all).
-
-    ``slot_row``/``slot_cell`` ``[n]``: query row and probed cell of each probe (no cell twice per
-    row); ``key_cell`` ``[Nk]``: the one cell of each key. Query ``i`` has id ``first_id + i`` for
-    ``exclude_self``. Returns (row, key, cosine) sorted by row, then decreasing cosine.
-    """
-    key_order = torch.argsort(key_cell, stable=True)  # keys grouped by cell
-    slot_order = torch.argsort(slot_cell, stable=True)  # probes grouped by cell
-    row_of_slot = slot_row[slot_order]
-    # per-cell sizes drive a host loop over cells (offline build, not a hot path)
-    key_count = torch.bincount(key_cell, minlength=num_cells).tolist()
-    slot_count = torch.bincount(slot_cell, minlength=num_cells).tolist()
-    rows, cols, sims = [], [], []
-    key_start = slot_start = 0
-    for num_keys, num_slots in zip(key_count, slot_count):
-        if num_keys and num_slots:
-            key_id = key_order[key_start:key_start + num_keys]
-            cell_keys = keys[key_id]
-            for start in range(slot_start, slot_start + num_slots, block_size):
-                query_row = row_of_slot[start:min(start + block_size, slot_start + num_slots)]
-                row, col, sim = _cell_candidates(queries[query_row], query_row + first_id, cell_keys, key_id,
-                                                 threshold, k, block_size, exclude_self)
-                rows.append(query_row[row])
-                cols.append(col)
-                sims.append(sim)
-        key_start += num_keys
-        slot_start += num_slots
-    if not rows:
-        return slot_row[:0], slot_row[:0], queries.new_zeros(0)
-    row, col, sim = torch.cat(rows), torch.cat(cols), torch.cat(sims)
-    order = torch.argsort(sim, descending=True, stable=True)
-    order = order[torch.argsort(row[order], stable=True)]
-    row, col, sim = row[order], col[order], sim[order]
-    if k > 0:  # up to k candidates from each probed cell: keep the k most similar of each query
-        is_kept = torch.arange(row.numel(), device=row.device) - torch.searchsorted(row, row) < k
-        row, col, sim = row[is_kept], col[is_kept], sim[is_kept]
-    return row, col, sim
-
-
-def _cell_candidates(block: Tensor, block_id: Tensor, cell_keys: Tensor, key_id: Tensor, threshold: float, k: int,
-                     key_block: int, exclude_self: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Rows, key ids and cosines of one cell's pairs >= threshold, at most ``k`` per row and tile (k = 0: all).
-
-    ``block`` float32 ``[b, D]`` with query ids ``block_id`` ``[b]``; ``cell_keys`` float32
-    ``[m, D]`` with key ids ``key_id`` ``[m]``; tiles of ``b x key_block``. The caller caps each
-    query at its ``k`` best over all tiles and cells; the per-tile cap only bounds memory.
+    Returns:
+        (pairs int64 ``[2, n]`` ``(query_offset + i, key)``, cosine float32 ``[n]``), sorted by
+        query then decreasing cosine.
     """
     rows, cols, sims = [], [], []
-    for start in range(0, cell_keys.shape[0], key_block):
-        tile = block @ cell_keys[start:start + key_block].T  # [b, kb] float32
-        tile_key = key_id[start:start + key_block]
+    for start in range(0, queries.shape[0], block_size):
+        cand = candidates[start:start + block_size]
+        block = queries[start:start + block_size].float()
+        sim = torch.einsum("bd,bcd->bc", block, keys[cand.clamp(min=0)].float())  # [b, C]
+        block_id = torch.arange(start, start + block.shape[0], device=block.device) + query_offset
+        is_dropped = cand < 0
         if exclude_self:
-            tile.masked_fill_(block_id[:, None] == tile_key[None, :], float("-inf"))
-        is_kept = tile >= threshold
-        # data-dependent sizes and a host check: offline build, not a hot path. Pairs above eta are
-        # rare, so a top-k runs only on the tiles where some row has more than k of them.
-        if k > 0 and bool((is_kept.sum(1) > k).any()):
-            sim, pos = tile.topk(k, dim=1)
-            row, col = (sim >= threshold).nonzero(as_tuple=True)
-            rows.append(row)
-            cols.append(tile_key[pos[row, col]])
-            sims.append(sim[row, col])
-            continue
-        row, col = is_kept.nonzero(as_tuple=True)
-        rows.append(row)
-        cols.append(tile_key[col])
-        sims.append(tile[row, col])
-    return torch.cat(rows), torch.cat(cols), torch.cat(sims)
+            is_dropped |= cand == block_id[:, None]
+        # a repeated candidate counts once: keep its first slot
+        sorted_cand, pos = cand.sort(dim=1, stable=True)
+        is_repeat = torch.zeros_like(is_dropped)
+        is_repeat.scatter_(1, pos[:, 1:], sorted_cand[:, 1:] == sorted_cand[:, :-1])
+        sim = sim.masked_fill(is_dropped | is_repeat, float("-inf"))
+        sim, pos = sim.sort(dim=1, descending=True, stable=True)
+        if max_per_entity > 0:
+            sim, pos = sim[:, :max_per_entity], pos[:, :max_per_entity]
+        row, col = (sim >= threshold).nonzero(as_tuple=True)  # data-dependent size: offline build
+        rows.append(block_id[row])
+        cols.append(cand.gather(1, pos)[row, col])
+        sims.append(sim[row, col])
+    if not rows:
+        return torch.zeros(2, 0, dtype=torch.long, device=queries.device), queries.new_zeros(0).float()
+    return torch.stack([torch.cat(rows), torch.cat(cols)]), torch.cat(sims)
 
 
 def symmetrize_pairs(pairs: Tensor) -> Tensor:

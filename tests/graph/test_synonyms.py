@@ -46,7 +46,7 @@ def _as_list(pairs: torch.Tensor) -> list:
     return list(map(tuple, pairs.t().tolist()))
 
 
-BACKENDS = ["torch", pytest.param("faiss", marks=with_package("faiss")), pytest.param("ivf", marks=with_package("faiss"))]
+BACKENDS = ["torch", pytest.param("faiss", marks=with_package("faiss"))]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -123,7 +123,7 @@ def test_bad_arguments():
         synonym_pairs(emb[0], emb)
     with pytest.raises(TypeError, match=r"floating tensor \(got torch.int64\)"):
         synonym_pairs(emb.long(), emb)
-    with pytest.raises(ValueError, match=r"backend must be one of \['auto', 'faiss', 'ivf', 'torch'\] \(got 'annoy'\)"):
+    with pytest.raises(ValueError, match=r"backend must be one of \['auto', 'faiss', 'nndescent', 'torch'\] \(got 'annoy'\)"):
         synonym_pairs(emb, emb, backend="annoy")
     with pytest.raises(ValueError, match=r"threshold must be in \[-1, 1\] \(got 1.5\)"):
         synonym_pairs(emb, emb, threshold=1.5)
@@ -131,10 +131,10 @@ def test_bad_arguments():
         synonym_pairs(emb, emb, block_size=0)
     with pytest.raises(ValueError, match=r"max_per_entity must be an int >= 0"):
         synonym_pairs(emb, emb, max_per_entity=-1)
-    with pytest.raises(ValueError, match=r"cell_size must be an int >= 1 \(got 0\)"):
-        synonym_pairs(emb, emb, cell_size=0)
-    with pytest.raises(ValueError, match=r"nprobe must be an int >= 1 \(got 2.0\)"):
-        synonym_pairs(emb, emb, nprobe=2.0)
+    with pytest.raises(ValueError, match=r"ann_neighbors must be an int >= 2 \(got 1\)"):
+        synonym_pairs(emb, emb, ann_neighbors=1)
+    with pytest.raises(ValueError, match=r"seed must be an int >= 0 \(got 2.0\)"):
+        synonym_pairs(emb, emb, seed=2.0)
     with pytest.raises(ValueError, match=r"exact_max_keys must be an int >= 0 \(got -1\)"):
         synonym_pairs(emb, emb, exact_max_keys=-1)
 
@@ -145,13 +145,17 @@ def test_faiss_missing_names_extra(monkeypatch):
     monkeypatch.setattr(mod, "WITH_FAISS", False)
     with pytest.raises(ImportError, match="faiss"):
         synonym_pairs(torch.eye(3), torch.eye(3), backend="faiss")
-    with pytest.raises(ImportError, match="faiss"):
-        synonym_pairs(torch.eye(3), torch.eye(3), backend="ivf")
-    # auto above the switch: the exact search, with a warning (never a silent change of method)
+
+
+def test_nndescent_missing_names_the_package(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynndescent", None)  # import fails
     emb = _planted(40, num_dups=5, seed=5).float()
-    with pytest.warns(UserWarning, match="FAISS is missing"):
-        got = synonym_pairs(emb, emb, exact_max_keys=10)
-    assert torch.equal(got, synonym_pairs(emb, emb, backend="torch"))
+    with pytest.raises(ImportError, match="pip install pynndescent"):
+        synonym_pairs(emb, emb, backend="nndescent", ann_neighbors=4)
+    with pytest.raises(ImportError, match="pip install pynndescent"):  # auto above the switch: never silent
+        synonym_pairs(emb, emb, exact_max_keys=10, ann_neighbors=4)
 
 
 def test_symmetrize_pairs():
@@ -195,7 +199,7 @@ def test_expand_matches_set_reference(seed):
     assert _as_list(empty) == sorted(_as_set(fact_entity))
 
 
-# --- approximate (ivf) search and the auto switch ---------------------------------------------
+# --- approximate (nndescent) search and the auto switch ---------------------------------------
 
 def _clustered(num: int, dim: int = 32, seed: int = 0) -> torch.Tensor:
     """Random unit vectors in families of 1-4 near-duplicates (cos ~0.8-0.97 to the family root).
@@ -219,102 +223,116 @@ def _pair_sims(pairs: torch.Tensor, sims: torch.Tensor) -> dict:
     return dict(zip(map(tuple, pairs.t().tolist()), sims.tolist()))
 
 
-@with_package("faiss")
-def test_ivf_is_a_subset_with_exact_similarities_and_high_recall():
-    emb = _clustered(3000)
-    # 3000 // 50 = 60 cells, 6 searched per query: most keys are never compared with a query
-    exact, exact_sim = synonym_pairs(emb, emb, backend="torch", return_similarity=True)
-    approx, approx_sim = synonym_pairs(emb, emb, backend="ivf", cell_size=50, nprobe=6, return_similarity=True)
-    exact_d, approx_d = _pair_sims(exact, exact_sim), _pair_sims(approx, approx_sim)
-    assert len(exact_d) > 2000 and set(approx_d) <= set(exact_d)  # the cap of 16 never binds here
-    common = sorted(approx_d)
-    torch.testing.assert_close(torch.tensor([approx_d[p] for p in common]), torch.tensor([exact_d[p] for p in common]),
-                               rtol=0, atol=1e-6)  # float32 products of different tile shapes
-    recall = len(approx_d) / len(exact_d)
-    assert 0.95 <= recall < 1.0, recall  # approximate, and good
+def _exact_candidates(queries, keys, query_offset, num_candidates, seed):
+    """A stand-in for the k-NN graph: each query's true top ``num_candidates`` keys (float64)."""
+    return (queries.double() @ keys.double().T).topk(num_candidates, dim=1).indices
 
 
-@with_package("faiss")
 @pytest.mark.parametrize("k", [2, 16, 0])
-def test_ivf_probing_every_cell_is_exact(k):
-    emb = _planted(300).float()  # 300 // 20 = 15 cells, all probed
-    exact, exact_sim = synonym_pairs(emb, emb, max_per_entity=k, backend="torch", return_similarity=True)
-    got, got_sim = synonym_pairs(emb, emb, max_per_entity=k, backend="ivf", cell_size=20, nprobe=15,
-                                 block_size=37, return_similarity=True)
-    assert _as_set(got) == _as_set(exact) == _reference(emb, emb, THRESHOLD, k)
-    torch.testing.assert_close(got_sim, exact_sim, rtol=0, atol=1e-6)
-
-
-@with_package("faiss")
-@pytest.mark.parametrize("backend", ["torch", "faiss", "ivf"])
 @pytest.mark.parametrize("exclude_self", [True, False])
-@pytest.mark.parametrize("k", [3, 0])
-def test_output_format_is_the_same_for_every_backend(backend, exclude_self, k):
-    keys = _clustered(800, seed=1)
-    offset = 300
-    pairs, sims = synonym_pairs(keys[offset:], keys, max_per_entity=k, query_offset=offset, exclude_self=exclude_self,
-                                block_size=64, backend=backend, cell_size=40, nprobe=4, return_similarity=True)
-    assert pairs.dtype == torch.long and pairs.shape[0] == 2 and sims.dtype == torch.float32
-    assert sims.shape == (pairs.shape[1],) and (sims >= THRESHOLD).all()
-    torch.testing.assert_close(sims, (keys[pairs[0]] * keys[pairs[1]]).sum(1), rtol=0, atol=1e-5)
-    assert (pairs[0] >= offset).all() and (pairs[0] < 800).all()
-    assert (pairs[0].diff() >= 0).all()  # sorted by query
-    same_query = pairs[0].diff() == 0
-    assert (sims.diff()[same_query] <= 0).all()  # then by decreasing similarity
-    assert len(_as_set(pairs)) == pairs.shape[1]
-    is_self = pairs[0] == pairs[1]
-    assert not is_self.any() if exclude_self else is_self.sum() == 500  # a vector finds itself (its own cell)
-    if k:
-        assert torch.bincount(pairs[0]).max() <= k
+def test_rescoring_every_key_is_the_exact_search(k, exclude_self):
+    """The re-scoring half of the approximate search, given all keys (shuffled, some repeated,
+    some -1) as candidates, equals the exact search: pairs, order and cosines."""
+    from hpengine.graph._synonyms import _rescore_candidates
+
+    keys = _planted(300).float()
+    offset = 100
+    gen = torch.Generator().manual_seed(0)
+    cand = torch.stack([torch.randperm(300, generator=gen) for _ in range(200)])
+    cand = torch.cat([cand, cand[:, :7], torch.full((200, 3), -1)], dim=1)  # repeats and padding
+    got, got_sim = _rescore_candidates(keys[offset:], keys, cand, threshold=THRESHOLD, max_per_entity=k, block_size=37,
+                                       query_offset=offset, exclude_self=exclude_self)
+    want, want_sim = synonym_pairs(keys[offset:], keys, threshold=THRESHOLD, max_per_entity=k, query_offset=offset,
+                                   exclude_self=exclude_self, backend="torch", return_similarity=True)
+    assert _as_list(got) == _as_list(want)
+    torch.testing.assert_close(got_sim, want_sim, rtol=0, atol=1e-6)
 
 
-@with_package("faiss")
-def test_auto_picks_by_size():
+def test_rescoring_a_candidate_subset_gives_a_subset():
+    from hpengine.graph._synonyms import _rescore_candidates
+
+    emb = _clustered(1000)
+    cand = _exact_candidates(emb, emb, 0, 30, 0)[:, ::2]  # every other true neighbour
+    got, got_sim = _rescore_candidates(emb, emb, cand, threshold=THRESHOLD, max_per_entity=0)
+    exact, exact_sim = synonym_pairs(emb, emb, max_per_entity=0, backend="torch", return_similarity=True)
+    got_d, exact_d = _pair_sims(got, got_sim), _pair_sims(exact, exact_sim)
+    assert 0 < len(got_d) < len(exact_d) and set(got_d) <= set(exact_d)
+    assert all(abs(got_d[p] - exact_d[p]) < 1e-6 for p in got_d)
+
+
+@pytest.mark.parametrize("query_offset", [0, 700])
+def test_nndescent_backend_with_a_perfect_graph_is_exact(monkeypatch, query_offset):
+    """backend="nndescent" and auto above the switch, with the graph replaced by the true
+    neighbours: the exact search's pairs (the library's own graph: the slow tests below)."""
+    import hpengine.graph._synonyms as mod
+
+    seen = []
+    monkeypatch.setattr(mod, "_nndescent_candidates", lambda *a: seen.append(a[3]) or _exact_candidates(*a))
+    keys = _clustered(900, seed=1)
+    queries = keys[query_offset:]
+    exact, exact_sim = synonym_pairs(queries, keys, query_offset=query_offset, backend="torch", return_similarity=True)
+    got, got_sim = synonym_pairs(queries, keys, query_offset=query_offset, backend="nndescent", return_similarity=True)
+    auto = synonym_pairs(queries, keys, query_offset=query_offset, exact_max_keys=899)
+    assert torch.equal(got, exact) and torch.equal(auto, exact) and seen == [24, 24]
+    torch.testing.assert_close(got_sim, exact_sim, rtol=0, atol=1e-6)
+    synonym_pairs(queries, keys, backend="nndescent", max_per_entity=40, ann_neighbors=8)
+    assert seen[-1] == 41  # never fewer candidates than the cap (+1 for the query itself)
+
+
+def test_nndescent_with_every_key_a_candidate_needs_no_graph():
+    emb = _planted(20, num_dups=4, seed=3).float()  # 20 keys <= 24 candidates: exact, library unused
+    got = synonym_pairs(emb, emb, backend="nndescent")
+    assert torch.equal(got, synonym_pairs(emb, emb, backend="torch"))
+
+
+def test_auto_picks_by_size(monkeypatch):
+    import hpengine.graph._synonyms as mod
+
+    calls = []
+    monkeypatch.setattr(mod, "_nndescent_candidates", lambda *a: calls.append(a[1].shape[0]) or _exact_candidates(*a))
     emb = _clustered(1500, seed=2)
     torch_pairs, torch_sim = synonym_pairs(emb, emb, backend="torch", return_similarity=True)
     auto_pairs, auto_sim = synonym_pairs(emb, emb, exact_max_keys=1500, return_similarity=True)  # default: auto
-    assert torch.equal(auto_pairs, torch_pairs) and torch.equal(auto_sim, torch_sim)
-    below = synonym_pairs(emb, emb)  # the default switch is far above 1500 keys
-    assert torch.equal(below, torch_pairs)
-    ivf = synonym_pairs(emb, emb, backend="ivf", cell_size=50, nprobe=2)
-    auto_ivf = synonym_pairs(emb, emb, exact_max_keys=1499, cell_size=50, nprobe=2)
-    assert torch.equal(auto_ivf, ivf) and not torch.equal(ivf, torch_pairs)
+    assert torch.equal(auto_pairs, torch_pairs) and torch.equal(auto_sim, torch_sim) and calls == []
+    assert torch.equal(synonym_pairs(emb, emb), torch_pairs) and calls == []  # the default switch: far above
+    synonym_pairs(emb, emb, exact_max_keys=1499)
+    assert calls == [1500]
 
 
-@with_package("faiss")
-def test_ivf_is_deterministic():
-    import faiss
-
-    emb = _clustered(2000, seed=3)
-    first = synonym_pairs(emb, emb, backend="ivf", cell_size=40, nprobe=2, seed=7)
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(2)
-    try:
-        again = synonym_pairs(emb, emb, backend="ivf", cell_size=40, nprobe=2, seed=7)
-    finally:
-        faiss.omp_set_num_threads(threads)
-    assert torch.equal(first, again)
-    assert faiss.omp_get_max_threads() == threads  # the k-means' single thread is restored
+# the library's own graph: its numba code compiles for about a minute in a fresh environment
+@pytest.mark.slow
+@with_package("pynndescent")
+def test_nndescent_is_a_subset_with_exact_similarities_and_high_recall():
+    emb = _clustered(3000)
+    exact, exact_sim = synonym_pairs(emb, emb, backend="torch", return_similarity=True)
+    approx, approx_sim = synonym_pairs(emb, emb, backend="nndescent", ann_neighbors=17, return_similarity=True)
+    exact_d, approx_d = _pair_sims(exact, exact_sim), _pair_sims(approx, approx_sim)
+    assert len(exact_d) > 2000 and set(approx_d) <= set(exact_d)  # the cap of 16 never binds here
+    assert all(abs(approx_d[p] - exact_d[p]) < 1e-6 for p in approx_d)
+    assert len(approx_d) / len(exact_d) >= 0.98
 
 
-@with_package("faiss")
-@with_devices
-def test_ivf_device(device):
-    emb = _clustered(600, seed=4).to(device)
-    got = synonym_pairs(emb.to(torch.bfloat16), emb.to(torch.bfloat16), backend="ivf", cell_size=30, nprobe=20)
-    assert got.device == torch.device(device)
-    assert _as_set(got) == _as_set(synonym_pairs(emb.float(), emb.float(), backend="torch"))
-
-
-@with_package("faiss")
-def test_ivf_new_entities_against_all():
+@pytest.mark.slow
+@with_package("pynndescent")
+def test_nndescent_new_entities_against_all_and_deterministic():
     keys = _clustered(1200, seed=5)
     offset = 1000
     exact = _as_set(synonym_pairs(keys[offset:], keys, query_offset=offset, backend="torch"))
-    # queries that are not a view of the keys take the separate probe path
-    got = _as_set(synonym_pairs(keys[offset:].clone(), keys, query_offset=offset, backend="ivf", cell_size=40,
-                                nprobe=30))
-    assert got == exact  # 30 cells: every cell probed
+    rows = synonym_pairs(keys[offset:], keys, query_offset=offset, backend="nndescent", seed=3)  # graph rows
+    searched = synonym_pairs(keys[offset:].clone() + 0, keys, query_offset=offset, backend="nndescent", seed=3)
+    for got in (rows, searched):  # a view of the keys, and separate queries (the graph searched)
+        assert _as_set(got) <= exact and len(_as_set(got)) >= 0.98 * len(exact)
+    assert torch.equal(rows, synonym_pairs(keys[offset:], keys, query_offset=offset, backend="nndescent", seed=3))
+
+
+@pytest.mark.slow
+@with_package("pynndescent")
+@with_devices
+def test_nndescent_device(device):
+    emb = _clustered(600, seed=4).to(device)
+    got = synonym_pairs(emb.to(torch.bfloat16), emb.to(torch.bfloat16), backend="nndescent")
+    assert got.device == torch.device(device)
+    assert _as_set(got) <= _as_set(synonym_pairs(emb.float(), emb.float(), backend="torch", max_per_entity=0))
 
 
 def test_graph_config_synonym_search_settings():
@@ -323,25 +341,23 @@ def test_graph_config_synonym_search_settings():
     cfg = GraphConfig()
     # the dev corpora (at most 73,813 entity names) keep the exact search
     assert cfg.synonym_backend == "auto" and cfg.synonym_exact_max_keys >= 73_813
-    with pytest.raises(ValueError, match=r"graph.synonym_backend must be one of \['auto', 'faiss', 'ivf', 'torch'\]"):
+    with pytest.raises(ValueError, match=r"graph.synonym_backend must be one of \['auto', 'faiss', 'nndescent', 'torch'\]"):
         GraphConfig(synonym_backend="hnsw")
-    with pytest.raises(ValueError, match=r"graph.synonym_ivf_nprobe must be >= 1 \(got 0\)"):
-        GraphConfig(synonym_ivf_nprobe=0)
-    with pytest.raises(ValueError, match=r"graph.synonym_ivf_cell_size must be >= 1 \(got 0\)"):
-        GraphConfig(synonym_ivf_cell_size=0)
+    with pytest.raises(ValueError, match=r"graph.synonym_ann_neighbors must be >= 2 \(got 1\)"):
+        GraphConfig(synonym_ann_neighbors=1)
     with pytest.raises(ValueError, match=r"graph.synonym_exact_max_keys must be >= 0 \(got -5\)"):
         GraphConfig(synonym_exact_max_keys=-5)
 
 
-@with_package("faiss")
-def test_builder_passes_the_ivf_settings():
+def test_builder_passes_the_approximate_settings(monkeypatch):
+    import hpengine.graph._synonyms as mod
     from hpengine.config import GraphConfig
     from hpengine.graph._builder import _synonyms_of
 
+    seen = []
+    monkeypatch.setattr(mod, "_nndescent_candidates", lambda *a: seen.append(a[3:]) or _exact_candidates(*a))
     emb = _clustered(900, seed=6)
     eligible = torch.ones(900, dtype=torch.bool)
     exact = _synonyms_of(emb, eligible, 0, GraphConfig(synonym_threshold=THRESHOLD))
-    forced = GraphConfig(synonym_threshold=THRESHOLD, synonym_exact_max_keys=100, synonym_ivf_cell_size=30,
-                         synonym_ivf_nprobe=1)
-    approx = _synonyms_of(emb, eligible, 0, forced)
-    assert _as_set(approx) < _as_set(exact)
+    forced = GraphConfig(synonym_threshold=THRESHOLD, synonym_exact_max_keys=100, synonym_ann_neighbors=30)
+    assert torch.equal(_synonyms_of(emb, eligible, 0, forced), exact) and seen == [(30, 0)]
