@@ -265,14 +265,22 @@ def _nndescent_candidates(queries: Tensor, keys: Tensor, query_offset: int, num_
     keys_np = keys.detach().float().cpu().contiguous().numpy()
     if num_candidates >= keys.shape[0]:  # every key is a candidate: no graph needed
         return torch.arange(keys.shape[0], device=queries.device).expand(num_queries, -1)
-    index = NNDescent(keys_np, metric="dot", n_neighbors=num_candidates, random_state=seed,
-                      n_jobs=torch.get_num_threads(), low_memory=True, verbose=False)
     is_self_join = (query_offset + num_queries <= keys.shape[0] and queries.dtype == keys.dtype
                     and torch.equal(queries, keys[query_offset:query_offset + num_queries]))
-    if is_self_join:
-        graph = index.neighbor_graph[0][query_offset:query_offset + num_queries]
-    else:
-        graph = index.query(queries.detach().float().cpu().contiguous().numpy(), k=num_candidates)[0]
+    import numba
+
+    # numba sets the process's OpenMP thread count, which torch shares: restore both afterwards
+    threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
+    try:
+        index = NNDescent(keys_np, metric="dot", n_neighbors=num_candidates, random_state=seed,
+                          n_jobs=min(threads, numba.config.NUMBA_NUM_THREADS), low_memory=True, verbose=False)
+        if is_self_join:
+            graph = index.neighbor_graph[0][query_offset:query_offset + num_queries]
+        else:
+            graph = index.query(queries.detach().float().cpu().contiguous().numpy(), k=num_candidates)[0]
+    finally:
+        numba.set_num_threads(numba_threads)
+        torch.set_num_threads(threads)
     return torch.from_numpy(graph.astype("int64")).to(queries.device)
 
 

@@ -327,6 +327,20 @@ def test_nndescent_new_entities_against_all_and_deterministic():
 
 @pytest.mark.slow
 @with_package("pynndescent")
+def test_nndescent_leaves_the_thread_count_alone():
+    """numba sets the OpenMP thread count torch shares; the caller's setting survives the search."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        emb = _clustered(500, seed=7)
+        synonym_pairs(emb, emb, backend="nndescent")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+@with_package("pynndescent")
 @with_devices
 def test_nndescent_device(device):
     emb = _clustered(600, seed=4).to(device)
