@@ -10,12 +10,13 @@ from hpengine.config._schemas import (
 )
 from hpengine.config._engine import DenseConfig, EngineConfig, GragConfig, HyperProveConfig, PPRConfig, method_configs
 from hpengine.config._grag import GragBuildConfig
-from hpengine.config._jobs import DemoJobConfig, EvalJobConfig
+from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig
 from hpengine.config._store import register_configs
 
 __all__ = [
     "DemoJobConfig",
     "DenseConfig",
+    "EditJobConfig",
     "EncoderConfig",
     "EngineConfig",
     "EvalConfig",

@@ -1,9 +1,11 @@
-"""Typed configuration of the ``eval``, ``ask`` and ``demo`` jobs (composed by the CLI from ``conf/``)."""
+"""Typed configuration of the ``eval``, ``ask``, ``demo``, ``delete`` and ``update`` jobs (composed by the CLI
+from ``conf/``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from hpengine.config._checks import _check_finite
+from hpengine.config._checks import _check_finite, _check_range
 from hpengine.config._engine import EngineConfig
 from hpengine.config._schemas import (
     EncoderConfig,
@@ -51,3 +53,46 @@ class DemoJobConfig:
 
     def __post_init__(self):
         _check_finite(self, "")
+
+
+@dataclass
+class EditJobConfig:
+    """``hpengine delete|update out=DIR corpus=PATH titles=[...] ids=[...]``: remove passages from a saved
+    index, or replace their texts (docs/methods/index.md#delete-and-update).
+
+    ``titles`` and ``ids`` take one value or a list (``titles=[Kell,"Oro River"]``, ``ids=[3,7]``);
+    a passage's id is its position in the index.
+    """
+
+    out: str = ""  # the index folder changed (required)
+    corpus: str = ""  # {title, text} records: delete: the passages to remove; update: the new texts (required)
+    titles: Any = None  # delete: passages by title (every passage with the title)
+    ids: Any = None  # delete: passages by id; update: the passage each corpus record replaces, in order
+    device: str = "cpu"
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)  # the one the index was built with
+    # the index's encoder by default (empty name_or_path: its recorded config, this one's run-time fields)
+    encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(name_or_path=""))
+    graph: GraphConfig = field(default_factory=GraphConfig)  # synonym_threshold unset: the index's eta
+    lock_timeout: float = 60.0  # seconds to wait while another process writes the same index
+
+    def __post_init__(self):
+        _check_finite(self, "")
+        _check_range("lock_timeout", self.lock_timeout, 0.0, 7 * 24 * 3600.0)
+        self.titles = _listed("titles", self.titles, str)
+        self.ids = _listed("ids", self.ids, int)
+
+
+def _listed(key: str, value, kind: type) -> list | None:
+    """``value`` (None, one value or a list of them) as a list of ``kind``; a whole-number title is
+    taken as text (``titles=1999``)."""
+    if value is None:
+        return None
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if kind is str:
+        values = [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in values]
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kind)]
+    if bad:
+        what = ("a title or a list of titles such as [Kell,'Oro River']" if kind is str
+                else "an id or a list of ids such as [3,7]")
+        raise ValueError(f"{key}= must be {what} (got {bad[0]!r}; quote a title Hydra reads as another type)")
+    return values

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hpengine.config._engine import method_configs as _method_configs
-from hpengine.config._jobs import DemoJobConfig, EvalJobConfig
+from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig
 from hpengine.config._schemas import (
     EncoderConfig,
     EvalConfig,
@@ -34,6 +34,7 @@ def register_configs(method_configs: dict | None = None) -> None:
     cs.store(name="base_index", node=IndexConfig)
     cs.store(name="base_eval_job", node=EvalJobConfig)
     cs.store(name="base_demo_job", node=DemoJobConfig)
+    cs.store(name="base_edit_job", node=EditJobConfig)
     for group, schema in (("extractor", ExtractorConfig), ("encoder", EncoderConfig), ("graph", GraphConfig),
                           ("retrieval", RetrievalConfig), ("model", ModelConfig), ("eval", EvalConfig)):
         cs.store(group=group, name=f"base_{group}", node=schema)

@@ -26,3 +26,7 @@ __all__ += ["IndexLookups"]
 from hpengine.graph._grag import GRAG_FORMAT_VERSION, GragParts, build_grag_parts, extractive_summaries, louvain_communities
 
 __all__ += ["GRAG_FORMAT_VERSION", "GragParts", "build_grag_parts", "extractive_summaries", "louvain_communities"]
+
+from hpengine.graph._edit import delete_passages, find_passages, update_passages
+
+__all__ += ["delete_passages", "find_passages", "update_passages"]

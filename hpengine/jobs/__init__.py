@@ -1,6 +1,6 @@
-"""What an entry point runs: the ``index`` and ``add`` jobs, ``eval`` / ``ask`` / ``demo``, the GRAG
-build, ``report``, resumable evaluation (checkpoints) and the path checks every job makes before
-any work. Each job composes the engine (:mod:`hpengine.pipeline`) with the index store, the models
+"""What an entry point runs: the ``index``, ``add``, ``delete`` and ``update`` jobs, ``eval`` / ``ask`` /
+``demo``, the GRAG build, ``report``, resumable evaluation (checkpoints) and the path checks every
+job makes before any work. Each job composes the engine (:mod:`hpengine.pipeline`) with the index store, the models
 and the metrics; ``hpengine grag-build`` (alias ``python -m hpengine.jobs.grag_build``) is the
 GRAG build's front door."""
 from hpengine.jobs._checkpoint import (
@@ -25,6 +25,7 @@ from hpengine.jobs._eval import (
     write_result,
 )
 from hpengine.jobs._grag_build import build_grag, format_grag_report, run_grag_build
+from hpengine.jobs._edit import format_edit_report, run_delete, run_update
 from hpengine.jobs._index import format_report, run_add, run_index
 from hpengine.jobs._paths import (
     check_index_dir,
@@ -48,6 +49,7 @@ __all__ = [
     "check_writable",
     "checkpoint_files",
     "evaluate",
+    "format_edit_report",
     "format_grag_report",
     "format_prediction",
     "format_report",
@@ -60,12 +62,14 @@ __all__ = [
     "rank_path",
     "report_main",
     "run_add",
+    "run_delete",
     "run_demo",
     "run_eval",
     "run_fingerprint",
     "run_grag_build",
     "run_index",
     "run_report",
+    "run_update",
     "summary_table",
     "write_result",
 ]

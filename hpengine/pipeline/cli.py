@@ -1,9 +1,9 @@
 """``hpengine`` command line, the one front door: ``hpengine <command> [argument ...]``.
 
 The commands are :data:`COMMANDS` (``hpengine --help`` lists them with the registered retrieval
-methods): ``index``, ``add``, ``ask``, ``eval`` and ``demo`` compose a primary config in ``conf/``
-(``index.yaml``, ``eval.yaml``, ``demo.yaml``) with ``key=value`` overrides; ``report`` and
-``grag-build`` read their own arguments. A retrieval method is the config-group option
+methods): ``index``, ``add``, ``delete``, ``update``, ``ask``, ``eval`` and ``demo`` compose a primary
+config in ``conf/`` (``index.yaml``, ``edit.yaml``, ``eval.yaml``, ``demo.yaml``) with ``key=value``
+overrides; ``report`` and ``grag-build`` read their own arguments. A retrieval method is the config-group option
 ``engine=NAME`` (``retriever=NAME`` for short) of every method config class
 (:func:`hpengine.config.method_configs`), registered by :func:`~hpengine.config.register_configs`.
 
@@ -39,6 +39,13 @@ COMMANDS = {
               "an existing index at out= is replaced only with overwrite=true, and only once the new one is "
               "complete"),
     "add": ("add passages", "hpengine add corpus=PATH out=DIR", ""),
+    "delete": ("remove passages", "hpengine delete out=DIR corpus=PATH|titles=[T,...]|ids=[I,...]",
+               "corpus records match by title and text, else by a title one passage has; titles= takes every "
+               "passage with the title; ids are positions in the index. The result equals a fresh index of the "
+               "remaining passages; the others are not extracted or embedded again"),
+    "update": ("new passage texts", "hpengine update corpus=PATH out=DIR [ids=[I,...]]",
+               "each record replaces the passage with its title (or ids=, one per record); only those are "
+               "extracted and embedded again, and the result equals a fresh index of the edited corpus"),
     "ask": ("questions", 'hpengine ask INDEX "question"|-|questions=FILE [key=value ...] [-- "question"]',
             "the first two arguments that are not overrides are INDEX and the question; an override is "
             "KEY=VALUE whose KEY starts with a config key (model.llm=..., retriever=METHOD, +eval.x=...); "
@@ -56,13 +63,15 @@ COMMANDS = {
                    "atomically; keys: hpengine grag-build --help"),
 }
 #: commands that compose a primary config (``conf/<name>.yaml``); the others read their own arguments
-_CONFIG_OF = {"index": "index", "add": "index", "ask": "eval", "eval": "eval", "demo": "demo"}
+_CONFIG_OF = {"index": "index", "add": "index", "delete": "edit", "update": "edit", "ask": "eval", "eval": "eval",
+              "demo": "demo"}
 _HELP = ("-h", "--help")
 
 #: ``[+|++|~]key.path[@pkg]=value``: what Hydra reads as an override
 _OVERRIDE = re.compile(r"^(?:\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*)(?:[./][\w\-]+)*(?:@[\w.\-]+)?(?P<eq>=|$)")
 #: the options this module reads itself (not config keys), and the commands taking each
-_CLI_OPTIONS = {"debug": ("index", "add", "eval", "demo", "ask", "grag-build"), "overwrite": ("index", "demo")}
+_CLI_OPTIONS = {"debug": ("index", "add", "delete", "update", "eval", "demo", "ask", "grag-build"),
+                "overwrite": ("index", "demo")}
 
 
 def _wrap(text: str, indent: int, width: int = 100) -> list:
@@ -95,8 +104,8 @@ def usage() -> str:
               "method's settings):"]
     lines += [f"  {name:<11} {_summary(cls)}" for name, cls in method_configs().items()]
     lines += ["", "Every command takes debug=true (or HPENGINE_DEBUG=1) to show the traceback of an error.",
-              "Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (index, add, eval, "
-              "demo)."]
+              "Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (index, add, delete, "
+              "update, eval, demo)."]
     return "\n".join(lines)
 
 
@@ -303,6 +312,17 @@ def _add_task(cfg, options) -> None:
     print(format_report(report, icfg.out))
 
 
+def _edit_task_for(command: str):
+    def task(cfg, options) -> None:
+        from hpengine.jobs import format_edit_report, run_delete, run_update
+
+        ecfg = job_config(cfg)
+        _, report = (run_delete if command == "delete" else run_update)(ecfg)
+        print(format_edit_report(report, ecfg.out))
+
+    return task
+
+
 def _eval_task(cfg, options) -> None:
     from hpengine.distributed import run_eval_distributed
     from hpengine.jobs import summary_table
@@ -425,7 +445,8 @@ def _grag_build_usage() -> str:
 
 
 #: the commands that compose a config: their tasks
-_TASKS = {"index": _index_task, "add": _add_task, "eval": _eval_task, "demo": _demo_task}
+_TASKS = {"index": _index_task, "add": _add_task, "delete": _edit_task_for("delete"),
+          "update": _edit_task_for("update"), "eval": _eval_task, "demo": _demo_task}
 #: the commands that read their own arguments
 _PLAIN = {"report": _report_command, "grag-build": _grag_build_command}
 
@@ -435,6 +456,8 @@ _PLAIN = {"report": _report_command, "grag-build": _grag_build_command}
 _KEPT = {
     "index": "index saves are atomic, so out= holds what it held before or the complete new index",
     "add": "index saves are atomic, so out= holds the index as it was or with all the new passages",
+    "delete": "index saves are atomic, so out= holds the index as it was or without all the passages named",
+    "update": "index saves are atomic, so out= holds the index as it was or with all the new texts",
     "demo": "index saves are atomic, so the demo's index folder holds what it held before or the complete index",
     "ask": "ask writes nothing; the index is unchanged",
     "eval": "output= is written whole at the end, so it holds its old content or all the results; "

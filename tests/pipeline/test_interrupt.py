@@ -25,7 +25,8 @@ def interrupted_jobs(monkeypatch):
     """Every job function raises KeyboardInterrupt as if Ctrl-C came while it ran."""
     monkeypatch.delenv("HPENGINE_DEBUG", raising=False)
     for module, name in ((distributed, "run_index_distributed"), (distributed, "run_eval_distributed"),
-                         (jobs, "run_add"), (jobs, "run_demo"), (jobs, "make_engine")):
+                         (jobs, "run_add"), (jobs, "run_delete"), (jobs, "run_update"), (jobs, "run_demo"),
+                         (jobs, "make_engine")):
         monkeypatch.setattr(module, name, _ctrl_c)
     for module in (jobs, index_job):  # ask checks its INDEX before the engine loads
         monkeypatch.setattr(module, "check_index_dir", lambda *args, **kwargs: None, raising=False)
@@ -36,6 +37,8 @@ def _args(tmp_path):
     return {
         "index": ["index", f"corpus={corpus}", f"out={tmp_path / 'idx'}"],
         "add": ["add", f"corpus={corpus}", f"out={tmp_path / 'idx'}"],
+        "delete": ["delete", "ids=1", f"out={tmp_path / 'idx'}"],
+        "update": ["update", f"corpus={corpus}", f"out={tmp_path / 'idx'}"],
         "eval": ["eval", f"index={tmp_path / 'idx'}", f"questions={questions}", "retriever=dense"],
         "demo": ["demo"],
         "ask": ["ask", str(tmp_path / "idx"), "Where was Ann Berg born?"],
@@ -45,6 +48,8 @@ def _args(tmp_path):
 @pytest.mark.parametrize("command, kept", [
     ("index", "index saves are atomic, so out= holds what it held before or the complete new index"),
     ("add", "index saves are atomic, so out= holds the index as it was or with all the new passages"),
+    ("delete", "index saves are atomic, so out= holds the index as it was or without all the passages named"),
+    ("update", "index saves are atomic, so out= holds the index as it was or with all the new texts"),
     ("eval", "output= is written whole at the end"),
     ("demo", "index saves are atomic"),
     ("ask", "ask writes nothing; the index is unchanged"),

@@ -211,6 +211,8 @@ class GragRetriever(Retriever):
         super().__init__(steps)
         idx = steps.index
         if getattr(idx, "grag", None) is None:
+            if idx.meta.get("grag_stale"):  # delete / update dropped them: they described other passages
+                raise UserError(f"retriever=grag: {idx.meta['grag_stale']} (got an index whose GRAG parts are stale)")
             where = idx.meta.get("build_config", {}).get("out") or "INDEX"
             raise UserError(f"retriever=grag needs the index's GRAG parts (triples, communities, summary nodes), "
                             f"which this index lacks; build them with `hpengine grag-build {where}` "
