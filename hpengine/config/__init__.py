@@ -8,7 +8,8 @@ from hpengine.config._schemas import (
     ModelConfig,
     RetrievalConfig,
 )
-from hpengine.config._engine import DenseConfig, EngineConfig, GragConfig, HyperProveConfig, PPRConfig, method_configs
+from hpengine.config._engine import (DenseConfig, EngineConfig, FusionConfig, GragConfig, HyperProveConfig, PPRConfig,
+                                     method_configs)
 from hpengine.config._grag import GragBuildConfig
 from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig
 from hpengine.config._store import register_configs
@@ -22,6 +23,7 @@ __all__ = [
     "EvalConfig",
     "EvalJobConfig",
     "ExtractorConfig",
+    "FusionConfig",
     "GragBuildConfig",
     "GragConfig",
     "GraphConfig",

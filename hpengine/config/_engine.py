@@ -5,7 +5,7 @@ register each as the config-group option ``engine/<method>`` (:func:`method_conf
 without a YAML file."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from hpengine.config._checks import (MAX_BATCH, MAX_HOPS, MAX_ITER, MAX_MEMORY_MB, MAX_PASSAGES, MAX_TOKENS, MAX_TOP,
@@ -256,6 +256,96 @@ class GragConfig(EngineConfig):
         _check_range("engine.restate_f1", self.restate_f1, 0.0, 1.0)
         _check_range("engine.path_temperature", self.path_temperature, 0.0)
         _check_range("engine.greedy_paths", self.greedy_paths, 0, MAX_PATHS)
+
+
+FUSION_RULES = ("rrf", "score", "lead_then_fill")
+#: member methods whose own settings FusionConfig holds (``engine.<name>.KEY=VALUE``); any other
+#: registered method joins with its config class's defaults
+FUSION_NESTED = ("hyperprove", "ppr", "grag")
+
+
+@dataclass
+class FusionConfig(EngineConfig):
+    """Fusion (docs/methods/fusion.md): several methods run on the same batch, sharing the question
+    encoding and their common steps, and their passage rankings are fused (reciprocal-rank fusion,
+    normalised-score mixing, or lead then fill). The shared settings (``EngineConfig``'s) are the
+    fusion's and apply to every member; a member's own settings are ``engine.<member>.*``."""
+
+    method: ClassVar[str] = "fusion"
+
+    # the methods run, by registered name (not fusion itself); their chain records keep this order
+    members: list = field(default_factory=lambda: ["hyperprove", "ppr", "dense"])
+    # one weight >= 0 per member, in members' order (engine.weights=[1,0.5,1]); empty: every member 1.
+    # A weight of 0 drops its member (it is not run)
+    weights: list = field(default_factory=list)
+    # rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill: the best rule at equal
+    # weights in the MuSiQue sweep (docs/methods/fusion.md#results)
+    rule: str = "lead_then_fill"
+    # RRF (and lead_then_fill's fill): a passage at rank r (from 1) of member m adds weight_m / (rrf_k + r);
+    # >= 0. The usual 60 flattens 10-passage lists into a vote count (the sweep: R@5 -6 points against 1)
+    rrf_k: float = 1.0
+    # passages of each member's ranking that are fused (its passage_width); 0: engine.passage_width. At most
+    # MAX_PASSAGES = 1000
+    member_width: int = 0
+    lead: str = "dense"  # lead_then_fill: the member whose first passages lead (a member)
+    lead_passages: int = 1  # lead_then_fill: how many of them (at most MAX_PASSAGES = 1000)
+    # the members' own settings (their shared fields are the fusion's: setting one here is refused)
+    hyperprove: HyperProveConfig = field(default_factory=HyperProveConfig)
+    ppr: PPRConfig = field(default_factory=PPRConfig)
+    grag: GragConfig = field(default_factory=GragConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        known = set(method_configs()) - {self.method}
+        members = self.members
+        if isinstance(members, str) or not isinstance(members, (list, tuple)) or not members:
+            raise ValueError(f"engine.members must be a non-empty list of methods such as [hyperprove,ppr,dense] "
+                             f"(got {members!r})")
+        for name in members:
+            if name not in known:
+                raise ValueError(f"each of engine.members must be one of {sorted(known)} (got {name!r})")
+        if len(set(members)) != len(members):
+            raise ValueError(f"engine.members must name each method once (got {list(members)!r})")
+        weights = self.weights
+        if isinstance(weights, str) or not isinstance(weights, (list, tuple)):
+            raise TypeError(f"engine.weights must be a list of numbers, one per member (got {weights!r})")
+        if weights and len(weights) != len(members):
+            raise ValueError(f"engine.weights must give one weight per member of engine.members {list(members)!r}, "
+                             f"or none (got {len(weights)} weights: {list(weights)!r})")
+        for name, weight in zip(members, weights):
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise TypeError(f"engine.weights: the weight of {name!r} must be a number (got {weight!r})")
+            _check_range(f"engine.weights ({name!r})", float(weight), 0.0)
+        if not any(self.weight(name) > 0 for name in members):
+            raise ValueError(f"engine.weights must leave a member with a weight > 0 (got {list(weights)!r} for "
+                             f"members {list(members)!r})")
+        _check_choice("engine.rule", self.rule, set(FUSION_RULES))
+        _check_range("engine.rrf_k", self.rrf_k, 0.0)
+        _check_range("engine.member_width", self.member_width, 0, MAX_PASSAGES)
+        _check_range("engine.lead_passages", self.lead_passages, 1, MAX_PASSAGES)
+        if self.rule == "lead_then_fill":
+            if self.lead not in members:
+                raise ValueError(f"engine.lead must be one of engine.members {list(members)!r} for "
+                                 f"rule=lead_then_fill (got {self.lead!r})")
+            if self.weight(self.lead) == 0:
+                raise ValueError(f"engine.weights gives the lead {self.lead!r} weight 0, which drops it; set "
+                                 f"engine.lead to another member for rule=lead_then_fill (got 0)")
+        shared = {f.name for f in fields(EngineConfig)}
+        for name in FUSION_NESTED:
+            nested, cls = getattr(self, name), type(self).__dataclass_fields__[name].default_factory
+            if not isinstance(nested, cls):
+                raise TypeError(f"engine.{name} must be a {cls.__name__} (got {type(nested).__name__})")
+            defaults = {f.name: f for f in fields(cls)}
+            for key in sorted(shared):
+                f = defaults[key]
+                default = f.default_factory() if callable(f.default_factory) else f.default
+                if getattr(nested, key) != default:
+                    raise ValueError(f"engine.{name}.{key} is a shared setting: the fusion's engine.{key} applies "
+                                     f"to every member (got {getattr(nested, key)!r})")
+
+    def weight(self, member: str) -> float:
+        """The weight of ``member`` (1 when ``weights`` is empty)."""
+        return float(self.weights[list(self.members).index(member)]) if self.weights else 1.0
 
 
 def method_configs() -> dict:

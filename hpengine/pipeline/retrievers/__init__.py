@@ -5,10 +5,12 @@ from hpengine.pipeline.retrievers._grag import (GragRetriever, GragSearch, final
                                                path_read_passages, path_stops, self_consistency_vote)
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
 from hpengine.pipeline.retrievers._ppr import PPRRetriever
+from hpengine.pipeline.retrievers._fusion import FusionRetriever  # after the methods it composes
 
 __all__ = [
     "ChainState",
     "DenseRetriever",
+    "FusionRetriever",
     "GragRetriever",
     "GragSearch",
     "HyperProveRetriever",

@@ -1,0 +1,340 @@
+"""retriever=fusion: the fusion ops against slow per-question Python references, the method on the
+built-in corpus (a single member is that member; batched equals one by one; weight 0 drops a
+member; chains labelled by method; shared steps computed once), its config errors, and the
+command line's eval and ask with retriever=fusion."""
+import json
+import random
+
+import pytest
+import torch
+
+from hpengine.config import DenseConfig, EngineConfig, FusionConfig, HyperProveConfig, PPRConfig
+from hpengine.pipeline import Engine
+from hpengine.pipeline.retrievers._fusion import fuse_rankings, minmax_scores, rrf_scores, stack_rankings
+from hpengine.testing import with_devices
+
+RULES = ("rrf", "score", "lead_then_fill")
+ALONE = {"dense": DenseConfig, "ppr": PPRConfig, "hyperprove": HyperProveConfig}
+
+
+@pytest.fixture(scope="module")
+def built(builtin_index):
+    index, encoder, questions = builtin_index
+    return index, encoder, [q.question for q in questions]
+
+
+# ------------------------------------------------------------------ slow references
+def _fuse_reference(lists: list, weights: list, score_of, width: int) -> tuple[list, dict]:
+    """One question in plain Python: each passage sums ``weights[m] * score_of(m, rank)`` over the
+    lists that hold it; order by score, ties by first position in rank-major order."""
+    score, first = {}, {}
+    for r in range(max((len(ls) for ls in lists), default=0)):
+        for m, ls in enumerate(lists):
+            if r < len(ls) and ls[r] >= 0:
+                p = ls[r]
+                score[p] = score.get(p, 0.0) + weights[m] * score_of(m, r)
+                first.setdefault(p, r * len(lists) + m)
+    return sorted(score, key=lambda p: (-score[p], first[p]))[:width], score
+
+
+def _rrf_reference(lists, weights, k, width):
+    return _fuse_reference(lists, weights, lambda m, r: 1.0 / (k + r + 1), width)
+
+
+def _minmax_reference(values: list) -> list:
+    low, high = min(values), max(values)
+    return [(v - low) / (high - low) if high > low else 1.0 for v in values]
+
+
+def _assert_same_ranking(got: list, expected: list, score: dict, abs_tol: float = 1e-6):
+    """Tie-aware: the same length, and at every rank a passage with the reference's score there."""
+    assert len(got) == len(expected), (got, expected)
+    for g, e in zip(got, expected):
+        assert score[g] == pytest.approx(score[e], abs=abs_tol), (got, expected)
+
+
+# ------------------------------------------------------------------ ops
+def test_rrf_on_a_hand_computed_example():
+    # member A: 5 7 9, member B: 7 3; k = 0, weights 1 and 2
+    # 7: 1/2 + 2/1 = 2.5, 3: 2/2 = 1, 5: 1/1 = 1 (5 comes first: rank 1 of A before rank 2 of B), 9: 1/3
+    ranked = torch.tensor([[[5, 7, 9], [7, 3, -1]]])
+    ids, scores = fuse_rankings(ranked, rrf_scores(ranked, torch.tensor([1.0, 2.0]), 0.0), 5)
+    assert ids.tolist() == [[7, 5, 3, 9, -1]]
+    torch.testing.assert_close(scores[:, :4], torch.tensor([[2.5, 1.0, 1.0, 1.0 / 3.0]]))
+    assert scores[0, 4] == float("-inf")
+    expected, _ = _rrf_reference([[5, 7, 9], [7, 3]], [1.0, 2.0], 0.0, 5)
+    assert ids[0, :4].tolist() == expected
+
+
+@with_devices
+@pytest.mark.parametrize("seed", range(6))
+def test_rrf_batched_equals_the_per_question_reference(device, seed):
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    q, m, w, p = 5, 3, 7, 12
+    lists = []
+    for _ in range(q):
+        rows = []
+        for _ in range(m):
+            ids = torch.randperm(p, generator=gen)[: rng.randint(0, w)].tolist()
+            rows.append(ids + [-1] * (w - len(ids)))
+        lists.append(rows)
+    ranked = torch.tensor(lists, device=device)
+    weights = [rng.choice([0.5, 1.0, 2.0]) for _ in range(m)]
+    k = rng.choice([0.0, 1.0, 60.0])
+    for width in (1, 5, 17):
+        ids, scores = fuse_rankings(ranked, rrf_scores(ranked, torch.tensor(weights), k), width)
+        assert ids.device == ranked.device and ids.dtype == torch.int64 and ids.shape == (q, width)
+        for row, got_scores, members in zip(ids.tolist(), scores.tolist(), lists):
+            expected, score = _rrf_reference(members, weights, k, width)
+            got = [x for x in row if x >= 0]
+            _assert_same_ranking(got, expected, score)
+            assert got_scores[: len(got)] == pytest.approx([score[x] for x in got], rel=1e-5)
+
+
+@with_devices
+def test_fuse_rankings_edges(device):
+    # no entries at all; every list empty in one row; a lone member keeps its order
+    empty = torch.full((2, 3, 0), -1, dtype=torch.int64, device=device)
+    assert fuse_rankings(empty, empty.float(), 4)[0].tolist() == [[-1] * 4] * 2
+    ranked = torch.tensor([[[-1, -1]], [[4, 1]]], device=device)
+    ids, _ = fuse_rankings(ranked, rrf_scores(ranked, torch.ones(1), 60.0), 3)
+    assert ids.tolist() == [[-1, -1, -1], [4, 1, -1]]
+
+
+@with_devices
+def test_minmax_scores(device):
+    scores = torch.tensor([[[0.9, 0.5, 0.1, 7.0], [3.0, 3.0, 0.0, 0.0]]], device=device)
+    ranked = torch.tensor([[[3, 1, 2, -1], [8, 9, -1, -1]]], device=device)
+    torch.testing.assert_close(minmax_scores(scores, ranked),
+                               torch.tensor([[[1.0, 0.5, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]]], device=device))
+
+
+def test_stack_rankings_pads_to_the_widest():
+    out = stack_rankings([torch.tensor([[1, 2, 3]]), torch.tensor([[4]])])
+    assert out.tolist() == [[[1, 2, 3], [4, -1, -1]]]
+
+
+# ------------------------------------------------------------------ the method
+def _passages(preds):
+    return [p.passages for p in preds]
+
+
+@pytest.mark.parametrize("member", sorted(ALONE))
+def test_a_single_member_is_that_member(built, member):
+    index, encoder, questions = built
+    alone = Engine(index, encoder, config=ALONE[member]()).answer(questions)
+    for rule in RULES:
+        fused = Engine(index, encoder, config=FusionConfig(members=[member], rule=rule, lead=member)).answer(questions)
+        assert _passages(fused) == _passages(alone), rule
+    # the chain is the member's own (the single-step member's hop keeps its facts)
+    for a, f in zip(alone, fused):
+        assert [[x.text for x in h.facts] for h in f.chain] == [[x.text for x in h.facts] for h in a.chain]
+        assert f.notes[0] == f"fusion: {member} (weight 1): " + (f"chain[0:{len(a.chain)}]" if a.chain
+                                                                    else "no chain records")
+        if member == "hyperprove":
+            assert [(h.subquery, h.answer) for h in f.chain] == [(h.subquery, h.answer) for h in a.chain]
+        if member == "dense":  # the same passages read the same way: the same no-LLM answer
+            assert f.answer == a.answer
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_batched_equals_one_by_one(built, rule):
+    index, encoder, questions = built
+    engine = Engine(index, encoder, config=FusionConfig(rule=rule))
+    together = engine.answer(questions)
+    alone = [engine.answer([q])[0] for q in questions[::2]]  # every other one: the batch is all 12
+    for a, b in zip(together[::2], alone):
+        assert a.passages == b.passages and a.answer == b.answer and a.notes == b.notes
+        assert [(h.subquery, h.answer, [f.text for f in h.facts], h.linked) for h in a.chain] == \
+            [(h.subquery, h.answer, [f.text for f in h.facts], h.linked) for h in b.chain]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_weight_zero_drops_a_member(built, rule):
+    index, encoder, questions = built
+    dropped = Engine(index, encoder, config=FusionConfig(weights=[1, 0, 2], rule=rule))
+    assert list(dropped.retriever.members) == ["hyperprove", "dense"]  # ppr is not even built
+    without = Engine(index, encoder, config=FusionConfig(members=["hyperprove", "dense"], weights=[1, 2], rule=rule))
+    for a, b in zip(dropped.answer(questions), without.answer(questions)):
+        assert a.passages == b.passages and a.answer == b.answer and a.notes == b.notes
+        assert not any(n.startswith(("fusion: ppr", "ppr:")) for n in a.notes)
+
+
+def _member_rankings(index, encoder, questions, width):
+    return {name: _passages(Engine(index, encoder, config=cls(passage_width=width)).answer(questions))
+            for name, cls in ALONE.items()}
+
+
+def test_rrf_and_lead_then_fill_equal_the_reference_over_the_members_own_rankings(built):
+    index, encoder, questions = built
+    members, width, member_width = ["hyperprove", "ppr", "dense"], 8, 12
+    alone = _member_rankings(index, encoder, questions, member_width)
+    weights, k = [1.0, 0.5, 2.0], 3.0
+    rrf = Engine(index, encoder, config=FusionConfig(rule="rrf", weights=weights, rrf_k=k, passage_width=width,
+                                                     member_width=member_width)).answer(questions)
+    ltf = Engine(index, encoder, config=FusionConfig(rule="lead_then_fill", lead_passages=2, weights=weights, rrf_k=k,
+                                                     passage_width=width, member_width=member_width)).answer(questions)
+    for i, (r, t) in enumerate(zip(rrf, ltf)):
+        lists = [alone[n][i] for n in members]
+        expected, score = _rrf_reference(lists, weights, k, width)
+        _assert_same_ranking(r.passages, expected, score)
+        # lead then fill: dense's first 2, then the RRF of the graph methods, then dense's others
+        fill, fill_score = _rrf_reference(lists[:2], weights[:2], k, 10 ** 6)
+        lead = alone["dense"][i]
+        expected = list(dict.fromkeys(lead[:2] + fill + lead[2:]))[:width]
+        assert t.passages[:2] == expected[:2]
+        score = {**{p: 0.0 for p in lead}, **fill_score, **{p: float("inf") for p in lead[:2]}}
+        _assert_same_ranking(t.passages, expected, score)
+
+
+def test_score_rule_equals_the_reference(built):
+    """Dense by its min-max normalised cosines; HyperProve and PPR (no scores in Retrieved) by rank."""
+    index, encoder, questions = built
+    members, width = ["hyperprove", "ppr", "dense"], 10
+    alone = _member_rankings(index, encoder, questions, width)
+    weights = [1.0, 2.0, 1.5]
+    fused = Engine(index, encoder, config=FusionConfig(rule="score", weights=weights)).answer(questions)
+    emb = encoder.encode(questions, kind="query").double()
+    cos = emb @ index.passage_emb.double().t()  # [Q, P]: the dense member's cosines
+    for i, pred in enumerate(fused):
+        lists = [alone[n][i] for n in members]
+        normal = [_minmax_reference([-float(r) for r in range(len(ls))]) for ls in lists[:2]]
+        normal.append(_minmax_reference([float(cos[i, p]) for p in lists[2]]))
+        expected, score = _fuse_reference(lists, weights, lambda m, r: normal[m][r], width)
+        _assert_same_ranking(pred.passages, expected, score, abs_tol=1e-5)
+
+
+def test_chain_keeps_each_members_evidence_labelled(built):
+    index, encoder, questions = built
+    fused = Engine(index, encoder, config=FusionConfig()).answer(questions)
+    hp = Engine(index, encoder, config=HyperProveConfig()).answer(questions)
+    ppr = Engine(index, encoder, config=PPRConfig()).answer(questions)
+    for f, h, p in zip(fused, hp, ppr):
+        n = len(h.chain)
+        assert f.notes[:3] == [f"fusion: hyperprove (weight 1): chain[0:{n}]", f"fusion: ppr (weight 1): chain[{n}:{n + 1}]",
+                               "fusion: dense (weight 1): no chain records"]
+        assert [(r.subquery, r.answer, [x.text for x in r.facts]) for r in f.chain[:n]] == \
+            [(r.subquery, r.answer, [x.text for x in r.facts]) for r in h.chain]
+        assert [x.text for x in f.chain[n].facts] == [x.text for x in p.chain[0].facts]
+        assert f.chain[n].answer == ""  # PPR leaves its answer to the engine: fusion's is the fused one
+        assert all(note.startswith(("fusion:", "hyperprove:", "ppr:", "dense:")) for note in f.notes)
+
+
+def test_members_share_the_encoding_and_the_dense_step(built, monkeypatch):
+    index, encoder, questions = built
+    engine = Engine(index, encoder, config=FusionConfig())
+    steps = engine.steps
+    calls, encoded = [], []
+    real_dense, real_encode = steps.dense_passages_scored, encoder.encode
+    monkeypatch.setattr(steps, "dense_passages_scored", lambda emb, k: calls.append(k) or real_dense(emb, k))
+    monkeypatch.setattr(encoder, "encode", lambda texts, **kw: encoded.append(list(texts)) or real_encode(texts, **kw))
+    engine.answer(questions)
+    # HyperProve, PPR and dense each rank passage_width dense passages (PPR also 200 for its reset):
+    # computed once per width
+    assert sorted(calls) == sorted({engine.config.passage_width, min(200, index.num_passages)})
+    assert encoded.count(questions) == 1  # the questions are encoded once, by the engine
+    for retriever, _ in engine.retriever.members.values():
+        assert retriever.steps.fact_index() is steps.fact_index()  # one fact index
+
+
+def test_engine_config_and_names(built):
+    index, encoder, _ = built
+    engine = Engine(index, encoder, retriever="fusion")
+    assert engine.method == "fusion" and isinstance(engine.config, FusionConfig)
+    shared = Engine(index, encoder, config=EngineConfig(passage_width=4), retriever="fusion")
+    assert shared.config.passage_width == 4
+    members = {n: r.config for n, (r, _) in shared.retriever.members.items()}
+    assert all(c.passage_width == 4 for c in members.values())  # member_width 0: the fusion's width
+    cfg = FusionConfig(member_width=20, ppr=PPRConfig(damping=0.85), members=["ppr", "dense"])
+    members = {n: r.config for n, (r, _) in Engine(index, encoder, config=cfg).retriever.members.items()}
+    assert isinstance(members["ppr"], PPRConfig) and members["ppr"].damping == 0.85
+    assert members["ppr"].passage_width == members["dense"].passage_width == 20
+
+
+# ------------------------------------------------------------------ config errors
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(members=[]), ValueError, r"engine.members must be a non-empty list"),
+    (dict(members="ppr"), ValueError, r"engine.members must be a non-empty list .*\(got 'ppr'\)"),
+    (dict(members=["ppr", "bm25"]), ValueError, r"each of engine.members must be one of \[.*'dense'.*\(got 'bm25'\)"),
+    (dict(members=["fusion"]), ValueError, r"each of engine.members must be one of .*\(got 'fusion'\)"),
+    (dict(members=["ppr", "ppr"]), ValueError, r"engine.members must name each method once"),
+    (dict(weights=[1, 2]), ValueError, r"one weight per member .*\(got 2 weights"),
+    (dict(weights=[1, -1, 1]), ValueError, r"engine.weights \('ppr'\) must be >= 0.0 \(got -1.0\)"),
+    (dict(weights=[1, float("nan"), 1]), ValueError, r"engine.weights \('ppr'\) must be a finite number"),
+    (dict(weights=[1, "a", 1]), TypeError, r"the weight of 'ppr' must be a number \(got 'a'\)"),
+    (dict(weights={"ppr": 1}), TypeError, r"engine.weights must be a list of numbers"),
+    (dict(weights=[0, 0, 0]), ValueError, r"must leave a member with a weight > 0"),
+    (dict(rule="borda"), ValueError, r"engine.rule must be one of \['lead_then_fill', 'rrf', 'score'\] \(got 'borda'\)"),
+    (dict(rrf_k=-1.0), ValueError, r"engine.rrf_k must be >= 0"),
+    (dict(rrf_k=float("inf")), ValueError, r"engine.rrf_k must be a finite number"),
+    (dict(member_width=1001), ValueError, r"engine.member_width must be <= 1000"),
+    (dict(lead_passages=0), ValueError, r"engine.lead_passages must be >= 1"),
+    (dict(rule="lead_then_fill", lead="grag"), ValueError, r"engine.lead must be one of engine.members"),
+    (dict(rule="lead_then_fill", weights=[1, 1, 0]), ValueError, r"gives the lead 'dense' weight 0"),
+    (dict(ppr=PPRConfig(passage_width=3)), ValueError, r"engine.ppr.passage_width is a shared setting.*\(got 3\)"),
+    (dict(ppr=HyperProveConfig()), TypeError, r"engine.ppr must be a PPRConfig \(got HyperProveConfig\)"),
+])
+def test_config_errors_are_one_line(kwargs, error, match):
+    with pytest.raises(error, match=match) as err:
+        FusionConfig(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["engine.members=[ppr,bm25]"], r"each of engine.members must be one of .*\(got 'bm25'\)"),
+    (["engine.weights=[1,2]"], r"one weight per member"),
+    (["engine.rule=borda"], r"engine.rule must be one of"),
+    (["engine.ppr.passage_width=3"], r"engine.ppr.passage_width is a shared setting"),
+    (["engine.rrfk=3"], r"Key 'rrfk' not in 'FusionConfig'"),
+])
+def test_the_command_line_refuses_them_in_one_line(overrides, match):
+    from hpengine.config import register_configs
+    from hpengine.errors import UserError
+    from hpengine.pipeline.cli import _compose, job_config
+
+    register_configs()
+    with pytest.raises(UserError, match=match) as err:
+        job_config(_compose("eval", ["index=idx", "questions=q.json", "engine=fusion", *overrides]))
+    assert "\n" not in str(err.value)
+
+
+def test_the_command_line_composes_fusion_with_its_settings():
+    from hpengine.config import register_configs
+    from hpengine.pipeline.cli import _compose, job_config
+
+    register_configs()
+    cfg = job_config(_compose("eval", ["index=idx", "questions=q.json", "engine=fusion", "engine.rule=score",
+                                       "engine.weights=[1,0.5,2]", "engine.ppr.damping=0.85"])).engine
+    assert isinstance(cfg, FusionConfig) and cfg.rule == "score" and cfg.weights == [1, 0.5, 2]
+    assert cfg.ppr.damping == 0.85 and [cfg.weight(m) for m in cfg.members] == [1.0, 0.5, 2.0]
+
+
+# ------------------------------------------------------------------ the command line
+CORPUS = [
+    {"title": "Solo (film)", "text": "Solo is a 1999 film directed by Ann Berg. It was shot in Bergen."},
+    {"title": "Ann Berg", "text": "Ann Berg is a Norwegian director. She was born in Oslo."},
+    {"title": "Bergen", "text": "Bergen is a city on the west coast of Norway."},
+]
+QUESTIONS = [{"id": "q1", "question": "Where was the director of Solo born?", "answer": ["Oslo"],
+              "gold_passages": [CORPUS[1]]}]
+
+
+def test_eval_and_ask_accept_retriever_fusion(tmp_path, capsys):
+    from hpengine.pipeline.cli import main
+
+    (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
+    (tmp_path / "q.json").write_text(json.dumps(QUESTIONS))
+    idx, run = tmp_path / "idx", tmp_path / "run.json"
+    main(["index", f"corpus={tmp_path / 'corpus.json'}", f"out={idx}", "encoder.dtype=float32"])
+    main(["eval", f"index={idx}", f"questions={tmp_path / 'q.json'}", "retriever=fusion", "engine.rule=lead_then_fill",
+          f"output={run}", "encoder.dtype=float32"])
+    result = json.loads(run.read_text())
+    assert result["retriever"] == "fusion" and "fuse" in result["seconds"]
+    rec = result["records"][0]
+    assert rec["retrieved"] and rec["notes"][0].startswith("fusion: hyperprove (weight 1): chain[0:")
+    capsys.readouterr()
+    main(["ask", str(idx), "Where was the director of Solo born?", "retriever=fusion", "engine.weights=[1,0,1]",
+          "encoder.dtype=float32"])
+    out = capsys.readouterr().out
+    assert "Q: Where was the director of Solo born?" in out and "Ann Berg" in out
