@@ -10,7 +10,8 @@ Files of one generation (the folder layout, the writer lock and the commit are
                         entity_emb [V, D], passage_emb [P, D] (optional)
 
 The expanded incidence ``A_i+ = A_i ∪ Syn(A_i)`` is derived from ``fact_entity_raw`` and
-``synonyms`` on load (O(nnz)), so incremental adds can re-derive it exactly.
+``synonyms`` on load (O(nnz)), so incremental adds can re-derive it exactly. On the CPU a load
+memory-maps ``tensors.safetensors`` (:mod:`hpengine.graph._mmap`; ``Index.load(mmap=...)``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from torch import Tensor
 from hpengine.errors import UserError
 from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
+from hpengine.graph._mmap import map_safetensors, read_safetensors
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
 from hpengine.graph._synonyms import expand_with_synonyms
@@ -32,6 +34,11 @@ from hpengine.graph._synonyms import expand_with_synonyms
 _META, _TEXTS, _TENSORS = MANIFEST, "texts.json", "tensors.safetensors"
 _INT_TENSORS = ("fact_passage", "fact_entity_raw", "synonyms")
 _FLOAT_TENSORS = ("fact_emb", "entity_emb", "passage_emb")
+#: ``Index.load(verify="auto")`` skips the value checks of memory-mapped embeddings above this many
+#: bytes (all float tensors together): they read every byte, which mapping is there to avoid
+VERIFY_AUTO_MAX_BYTES = 1 << 30
+#: rows per block of the value checks (bounds their temporary masks)
+_CHECK_ROWS = 1 << 16
 
 
 @dataclass
@@ -172,35 +179,75 @@ class Index:
             self.grag.save(folder)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, device="cpu", expected_encoder: str | None = None) -> "Index":
+    def load(cls, path: str | os.PathLike, *, device="cpu", mmap: bool | None = None, verify="auto",
+             expected_encoder: str | None = None) -> "Index":
         """Load the current generation of a saved index (no pickle), checking format version,
         shapes and encoder. Reads only: nothing in or beside ``path`` is changed.
+
+        With ``mmap`` the tensors are views of a private memory mapping of ``tensors.safetensors``
+        (:func:`~hpengine.graph._mmap.map_safetensors`): loading reads only the header and the int
+        tensors, so its time does not grow with the embeddings; a query reads the pages it touches,
+        and an in-place edit of a tensor copies the page, never changing the file.
+
+        What is checked (:meth:`check`):
+
+        - always: the safetensors header (known dtypes, shapes, offsets inside the file, no
+          overlaps; safetensors' own reader checks it for ``mmap=False`` off the CPU), dtypes
+          (int64 ids, floating-point embeddings), every shape against the text counts, one
+          embedding dim, and the int tensors in full (ids in range);
+        - the embedding values (finite, no all-zero row), which read every byte: with
+          ``verify=True`` always, with ``False`` never, with ``"auto"`` unless the embeddings stay
+          memory-mapped (``mmap`` on the CPU) and total more than ``VERIFY_AUTO_MAX_BYTES`` (1 GiB:
+          about 700k rows of 384 float32 over facts, entities and passages). A copy has read every
+          byte anyway.
 
         Args:
             path: index folder.
             device: where tensors go.
+            mmap: memory-map the tensors file (default None: True when ``device`` is the CPU). On
+                another device the mapped tensors are copied there, without a CPU copy between.
+                False: read every tensor into memory on ``device``.
+            verify: ``"auto"``, True or False: whether to check the embedding values (above).
             expected_encoder: when given, the index must have been built with this encoder name.
 
         Raises:
-            IndexFormatError: missing files, other format version, JSON of the wrong shape,
-                inconsistent shapes, ids out of range, non-finite or zero embeddings, or another
-                encoder than ``expected_encoder``; the message names the file.
+            IndexFormatError: missing files, other format version, JSON of the wrong shape, a
+                corrupt tensors file, inconsistent shapes, ids out of range, non-finite or zero
+                embeddings (when checked), or another encoder than ``expected_encoder``; the
+                message names the file.
         """
-        return read_generation(path, lambda gen: cls._load_generation(path, gen, device, expected_encoder))
+        device = torch.device(device)
+        if mmap is None:
+            mmap = device.type == "cpu"
+        if not isinstance(mmap, bool):
+            raise TypeError(f"mmap must be None, True or False (got {mmap!r})")
+        if not (verify is True or verify is False or verify == "auto"):
+            raise ValueError(f"verify must be one of 'auto', True, False (got {verify!r})")
+        return read_generation(path, lambda gen: cls._load_generation(path, gen, device, expected_encoder,
+                                                                      mmap=mmap, verify=verify))
 
     @classmethod
-    def _load_generation(cls, path, gen: Generation, device, expected_encoder) -> "Index":
+    def _load_generation(cls, path, gen: Generation, device, expected_encoder, *, mmap: bool = False,
+                         verify="auto") -> "Index":
         meta, folder = gen.manifest, gen.folder
         if expected_encoder is not None and meta.get("encoder") != expected_encoder:
             raise IndexFormatError(f"{path}: index was built with encoder {meta.get('encoder')!r} but "
                                    f"{expected_encoder!r} is configured; rebuild the index or configure that encoder")
         passages, facts, entities = _read_texts(folder / _TEXTS)
-        try:
-            tensors = load_file(str(folder / _TENSORS), device=str(torch.device(device)))
-        except FileNotFoundError:
-            raise
-        except Exception as exc:  # safetensors raises its own error types
-            raise IndexFormatError(f"{folder / _TENSORS}: cannot read tensors ({exc})") from exc
+        device = torch.device(device)
+        if mmap:  # views of one private mapping; copied to another device tensor by tensor
+            tensors = map_safetensors(folder / _TENSORS)
+            if device.type != "cpu":
+                tensors = {name: t.to(device) for name, t in tensors.items()}
+        elif device.type == "cpu":  # read into memory (safetensors' load_file maps the file on the CPU)
+            tensors = read_safetensors(folder / _TENSORS)
+        else:
+            try:
+                tensors = load_file(str(folder / _TENSORS), device=str(device))
+            except FileNotFoundError:
+                raise
+            except Exception as exc:  # safetensors raises its own error types
+                raise IndexFormatError(f"{folder / _TENSORS}: cannot read tensors ({exc})") from exc
         for name, t in tensors.items():
             wanted = torch.int64 if name in _INT_TENSORS else None
             if wanted is not None and t.dtype != wanted:
@@ -214,7 +261,10 @@ class Index:
             entity_emb=_need(tensors, "entity_emb", folder), passage_emb=tensors.get("passage_emb"),
             meta={k: v for k, v in meta.items() if k not in ("format", "format_version", "generation", "store_token")},
         )
-        index.check(folder / _TENSORS)
+        if verify == "auto":
+            float_bytes = sum(t.numel() * t.element_size() for n, t in tensors.items() if n in _FLOAT_TENSORS)
+            verify = not (mmap and device.type == "cpu" and float_bytes > VERIFY_AUTO_MAX_BYTES)
+        index.check(folder / _TENSORS, values=verify)
         from hpengine.graph._grag import GragParts, has_grag_files
 
         if has_grag_files(folder):
@@ -227,10 +277,12 @@ class Index:
                                        f"{count}; the index files do not belong together")
         return index
 
-    def check(self, where="index") -> None:
+    def check(self, where="index", *, values: bool = True) -> None:
         """Consistency of texts and tensors: shapes against the text counts, fact -> passage and
-        entity ids in range, one embedding dim, finite, non-zero embedding rows. O(nnz + (H + V + P) D), run on
-        every load. Raises :class:`IndexFormatError` naming ``where``."""
+        entity ids in range, one embedding dim, and with ``values`` finite, non-zero embedding rows
+        (checked in blocks of rows, so their masks stay small). O(nnz + (H + V + P) D), run on every
+        load (the values as ``Index.load(verify=...)`` says). Raises :class:`IndexFormatError` naming
+        ``where``."""
         h, v, p = self.num_facts, self.num_entities, self.num_passages
         expect = {"fact_passage": (h,), "fact_emb": (h, None), "entity_emb": (v, None)}
         if self.passage_emb is not None:
@@ -264,13 +316,23 @@ class Index:
         if expected_dim is not None and dims and expected_dim not in dims.values():
             raise IndexFormatError(f"{where}: embeddings have dim {dims['fact_emb']} but {_META} says "
                                    f"embedding_dim={expected_dim!r}")
-        for name, t in embeddings:
-            if t.numel() and not bool(torch.isfinite(t).all()):
-                raise IndexFormatError(f"{where}: tensor {name} has non-finite values (NaN or inf)")
-            zero = (t != 0).any(dim=1).logical_not().nonzero() if t.numel() else t.new_zeros(0, 1)
-            if zero.numel():  # the encoder normalises every row: a zero row is damage, not data
-                raise IndexFormatError(f"{where}: tensor {name} has {zero.numel()} all-zero rows (first: row "
-                                       f"{int(zero[0, 0])}); embeddings are L2-normalised, so the file is corrupt")
+        for name, t in embeddings if values else ():
+            zeros, first = 0, None
+            for start in range(0, t.shape[0], _CHECK_ROWS) if t.numel() else ():
+                rows = t[start:start + _CHECK_ROWS]
+                # one pass: a row's L1 norm is NaN/inf when a value is, and 0 only when all are 0
+                # (a sum of non-negative values never rounds below its largest term)
+                norms = torch.linalg.vector_norm(rows, ord=1, dim=1, dtype=torch.float64 if rows.dtype ==
+                                                 torch.float64 else torch.float32)  # [rows]
+                if not bool(torch.isfinite(norms).all()) and not bool(torch.isfinite(rows).all()):
+                    raise IndexFormatError(f"{where}: tensor {name} has non-finite values (NaN or inf)")
+                zero = (norms == 0).nonzero()
+                if zero.numel():
+                    zeros += zero.numel()
+                    first = start + int(zero[0, 0]) if first is None else first
+            if zeros:  # the encoder normalises every row: a zero row is damage, not data
+                raise IndexFormatError(f"{where}: tensor {name} has {zeros} all-zero rows (first: row "
+                                       f"{first}); embeddings are L2-normalised, so the file is corrupt")
 
 
 def _need(tensors: dict, name: str, path: Path) -> Tensor:

@@ -1,0 +1,166 @@
+"""A safetensors file as tensors that are views of one copy-on-write memory mapping of it.
+
+``safetensors`` is an 8-byte little-endian header length ``n``, ``n`` bytes of JSON
+(``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, offsets
+relative to the end of the header) and the raw little-endian data. :func:`map_safetensors` maps
+the whole file once with ``torch.UntypedStorage.from_file(path, shared=False)``: a private
+(``MAP_PRIVATE``) mapping, so mapping costs no reading, a page is read from disk when a tensor
+first touches it, and an in-place edit of a tensor copies that page instead of writing the file.
+
+Mapping is safe because the index store never rewrites a generation's files in place: a writer
+writes a new generation and unlinks old ones, and on Linux an unlinked file stays readable while
+it is mapped. (Truncating a mapped file by hand would make a later access fail with SIGBUS.)
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from hpengine.graph._store import IndexFormatError
+
+#: safetensors dtype names -> torch dtypes (the ones this torch has)
+_DTYPES = {name: getattr(torch, attr) for name, attr in (
+    ("F64", "float64"), ("F32", "float32"), ("F16", "float16"), ("BF16", "bfloat16"),
+    ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("I64", "int64"), ("I32", "int32"),
+    ("I16", "int16"), ("I8", "int8"), ("U64", "uint64"), ("U32", "uint32"), ("U16", "uint16"),
+    ("U8", "uint8"), ("BOOL", "bool")) if hasattr(torch, attr)}
+#: largest header accepted (safetensors' own limit)
+_MAX_HEADER = 100_000_000
+
+
+def map_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+    """Every tensor of the safetensors file ``path`` as a CPU view of one private mapping of it.
+
+    The header is checked in full before any tensor is made (:func:`_read_header`). A tensor
+    whose offset is not a multiple of its element size (never written by safetensors, which
+    aligns them) is copied out of the mapping instead.
+
+    Args:
+        path: the ``.safetensors`` file.
+
+    Returns:
+        name -> tensor (``__metadata__`` is skipped); all of them share one file-backed storage.
+
+    Raises:
+        FileNotFoundError: ``path`` is missing (it went while it was being mapped).
+        IndexFormatError: the file is not valid safetensors; one line naming ``path``.
+    """
+    path = Path(path)
+    size = _size(path)
+    try:  # the size is checked against the file opened, so the header is read from the mapping itself
+        storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
+    except RuntimeError as exc:
+        if not path.exists():
+            raise FileNotFoundError(f"{path} went while it was being mapped") from exc
+        raise IndexFormatError(f"{path}: cannot memory-map the file ({str(exc).splitlines()[0][:200]})") from exc
+    raw = torch.empty(0, dtype=torch.uint8).set_(storage)  # [size] uint8, the whole file
+    start, entries = _read_header(path, lambda offset, n: raw[offset:offset + n].numpy().tobytes(), size)
+    tensors = {}
+    for begin, end, name, dtype, shape in entries:
+        data = raw[start + begin:start + end]  # [end - begin] uint8 view of the mapping
+        if (start + begin) % dtype.itemsize:
+            data = data.clone()  # a view must be aligned to its element size
+        tensors[name] = data.view(dtype).view(shape)
+    return tensors
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+    """Every tensor of the safetensors file ``path`` read into its own CPU memory (no mapping).
+
+    The header is checked as :func:`map_safetensors` checks it; each tensor is read straight into
+    a fresh tensor, so memory holds one copy of the data (safetensors' own ``load_file`` maps the
+    file on the CPU, and a copy of that would touch every page twice).
+
+    Raises:
+        FileNotFoundError: ``path`` is missing.
+        IndexFormatError: the file is not valid safetensors; one line naming ``path``.
+    """
+    path = Path(path)
+    with open(path, "rb", buffering=0) as f:
+        size = _size(path, os.fstat(f.fileno()).st_size)
+        start, entries = _read_header(path, lambda offset, n: os.pread(f.fileno(), n, offset), size)
+        tensors = {}
+        for begin, end, name, dtype, shape in entries:
+            out = torch.empty(shape, dtype=dtype)
+            view = memoryview(out.view(-1).view(torch.uint8).numpy())  # [end - begin] bytes of out
+            done = 0
+            while done < end - begin:  # one read returns at most ~2 GiB
+                got = os.preadv(f.fileno(), [view[done:]], start + begin + done)
+                if got <= 0:
+                    raise IndexFormatError(f"{path}: tensor {name} ends past the end of the file (truncated "
+                                           f"while read)")
+                done += got
+            tensors[name] = out
+    return tensors
+
+
+def _size(path: Path, size: int | None = None) -> int:
+    size = os.stat(path).st_size if size is None else size
+    if size < 8:
+        raise IndexFormatError(f"{path}: not a safetensors file, shorter than its 8-byte header length "
+                               f"(got {size} bytes)")
+    return size
+
+
+def _read_header(path: Path, read, size: int) -> tuple[int, list]:
+    """The header of a safetensors file of ``size`` bytes, checked in full: known dtypes, shapes of
+    non-negative ints, ``data_offsets`` inside the file and matching dtype and shape, no two
+    tensors overlapping. ``read(offset, n)`` gives bytes of the file.
+
+    Returns:
+        the offset where the data starts, and ``(begin, end, name, dtype, shape)`` per tensor
+        in file order.
+    """
+    header_len = int.from_bytes(read(0, 8), "little")
+    if header_len > min(size - 8, _MAX_HEADER):
+        raise IndexFormatError(f"{path}: safetensors header of {header_len} bytes does not fit in the file "
+                               f"(got a file of {size} bytes; truncated or not safetensors)")
+    try:
+        header = json.loads(read(8, header_len).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise IndexFormatError(f"{path}: safetensors header is not JSON ({str(exc)[:120]})") from exc
+    if not isinstance(header, dict):
+        raise IndexFormatError(f"{path}: safetensors header must be a JSON object (got {type(header).__name__})")
+    data_size = size - 8 - header_len
+    entries = []  # (begin, end, name, dtype, shape)
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict):
+                raise IndexFormatError(f"{path}: safetensors __metadata__ must be an object (got {info!r:.80})")
+            continue
+        entries.append(_entry(path, name, info, data_size))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    for before, after in zip(entries, entries[1:]):
+        if after[0] < before[1]:
+            raise IndexFormatError(f"{path}: tensors {before[2]} and {after[2]} overlap (bytes "
+                                   f"{before[0]}..{before[1]} and {after[0]}..{after[1]})")
+    return 8 + header_len, entries
+
+
+def _entry(path: Path, name: str, info, data_size: int) -> tuple:
+    """One header entry checked: ``(begin, end, name, dtype, shape)``."""
+    if not isinstance(info, dict):
+        raise IndexFormatError(f"{path}: safetensors entry {name!r} must be an object (got {info!r:.80})")
+    dtype = _DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+    if dtype is None:
+        raise IndexFormatError(f"{path}: tensor {name} has an unknown dtype (expected one of {sorted(_DTYPES)}, "
+                               f"got {info.get('dtype')!r:.40})")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not (isinstance(shape, list) and all(type(s) is int and s >= 0 for s in shape)):
+        raise IndexFormatError(f"{path}: tensor {name} must have a shape of non-negative ints (got {shape!r:.80})")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+        raise IndexFormatError(f"{path}: tensor {name} must have data_offsets [begin, end] (got {offsets!r:.80})")
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_size:
+        raise IndexFormatError(f"{path}: tensor {name} has data_offsets {offsets} outside the {data_size} data "
+                               f"bytes of the file (truncated or corrupt)")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if end - begin != nbytes:
+        raise IndexFormatError(f"{path}: tensor {name} of dtype {info['dtype']} and shape {shape} needs {nbytes} "
+                               f"bytes (got data_offsets {offsets}: {end - begin} bytes)")
+    return begin, end, name, dtype, shape
