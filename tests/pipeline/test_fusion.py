@@ -120,13 +120,13 @@ def _passages(preds):
     return [p.passages for p in preds]
 
 
-@pytest.mark.parametrize("member", sorted(ALONE))
-def test_a_single_member_is_that_member(built, member):
+# each member once and each rule once (a single member's ranking passes through every rule unchanged)
+@pytest.mark.parametrize("member, rule", [("dense", "lead_then_fill"), ("hyperprove", "score"), ("ppr", "rrf")])
+def test_a_single_member_is_that_member(built, member, rule):
     index, encoder, questions = built
     alone = Engine(index, encoder, config=ALONE[member]()).answer(questions)
-    for rule in RULES:
-        fused = Engine(index, encoder, config=FusionConfig(members=[member], rule=rule, lead=member)).answer(questions)
-        assert _passages(fused) == _passages(alone), rule
+    fused = Engine(index, encoder, config=FusionConfig(members=[member], rule=rule, lead=member)).answer(questions)
+    assert _passages(fused) == _passages(alone), rule
     # the chain is the member's own (the single-step member's hop keeps its facts)
     for a, f in zip(alone, fused):
         assert [[x.text for x in h.facts] for h in f.chain] == [[x.text for x in h.facts] for h in a.chain]
