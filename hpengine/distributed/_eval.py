@@ -20,7 +20,7 @@ import os
 import time
 
 from hpengine._profiling import peak_rss_mb
-from hpengine.distributed._launch import _dist, _exchange, _map_devices, init_from_env, launched_by_torchrun
+from hpengine.distributed._launch import _dist, _exchange, _map_devices, launched_by_torchrun, process_group
 from hpengine.errors import UserError
 
 #: environment variable of a test hook: the rank named fails while answering its batches
@@ -289,12 +289,8 @@ def run_eval_distributed(cfg, progress: bool = True):
         return run_eval(cfg, progress)
     cfg = copy.deepcopy(cfg)
     _map_devices(cfg)
-    created = init_from_env(cfg.device)
-    try:
+    with process_group(cfg.device):
         dist = _dist()
         evaluator = lambda engine, questions, eval_cfg, prog: evaluate_distributed(  # noqa: E731
             engine, questions, eval_cfg, prog and dist.get_rank() == 0)
         return run_eval(cfg, progress, evaluator=evaluator)
-    finally:
-        if created:
-            _dist().destroy_process_group()

@@ -18,7 +18,7 @@ import time
 import torch
 
 from hpengine._profiling import peak_rss_mb
-from hpengine.distributed._launch import _dist, _exchange, _map_devices, init_from_env, launched_by_torchrun
+from hpengine.distributed._launch import _dist, _exchange, _map_devices, launched_by_torchrun, process_group
 from hpengine.graph import IndexStore
 
 
@@ -124,8 +124,7 @@ def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True
         return run_index(cfg, overwrite=overwrite, progress=progress)
     cfg = copy.deepcopy(cfg)
     _map_devices(cfg)
-    created = init_from_env(cfg.device)
-    try:
+    with process_group(cfg.device):
         dist = _dist()
         rank, world = dist.get_rank(), dist.get_world_size()
         if cfg.extractor.kind == "llm":
@@ -150,6 +149,4 @@ def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True
         index, report = out
         report["distributed"] = {"world_size": world, "backend": str(dist.get_backend()), "per_rank": per_rank}
         return index, report
-    finally:
-        if created:
-            _dist().destroy_process_group()
+

@@ -12,6 +12,7 @@ stop the others; nothing is written either, since rank 0 writes only after the l
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import traceback
@@ -93,6 +94,29 @@ def init_from_env(device: str = "cpu") -> bool:
     timeout = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 86400)))
     dist.init_process_group(backend=backend, timeout=timeout)
     return True
+
+
+@contextlib.contextmanager
+def process_group(device: str = "cpu"):
+    """The job's process group: :func:`init_from_env` on entry; on exit, when this call created it,
+    a barrier then ``destroy_process_group``.
+
+    The barrier (normal exit only) keeps a rank from tearing its connections down while a peer
+    still finishes the last exchange: a rank that exits first made gloo abort the peer at shutdown
+    now and then (SIGABRT, "terminate called without an active exception"). On an exception there
+    is no barrier: a rank that died before it would leave the others waiting for the timeout.
+    """
+    created = init_from_env(device)
+    ok = False
+    try:
+        yield created
+        ok = True
+    finally:
+        if created:
+            dist = _dist()
+            if ok:
+                dist.barrier()
+            dist.destroy_process_group()
 
 
 def _exchange(work, group=None) -> list:
