@@ -2,30 +2,39 @@
 real corpora (``amplify_corpus.py``: the 19,342 distinct passages of the three dev corpora, then
 renamed copies).
 
-    python benchmarks/e2e/bench_scale.py --sizes 10000 30000 100000 --label scale_cpu       # the whole table
-    nice -n 10 python benchmarks/e2e/bench_scale.py --sizes 10000 --work-dir /tmp/scale --label scale_cpu_10k
-    python benchmarks/e2e/bench_scale.py --sizes 3000 10000 --keep-indexes   # then, adding a size:
+    python benchmarks/e2e/bench_scale.py --label scale_cpu             # 10k, 30k, 100k: the whole table
+    nice -n 10 python benchmarks/e2e/bench_scale.py --sizes 3000 10000 30000 --threads 1 \
+        --encoder-dtype float32 --work-dir /tmp/hpengine_scale --keep-indexes --label scale_cpu_t1
+    python benchmarks/e2e/bench_scale.py --sizes 3000 10000 --keep-indexes     # then, adding a size:
     python benchmarks/e2e/bench_scale.py --sizes 3000 10000 30000 --keep-indexes --reuse
 
 For each size N:
 
 1. ``amplify_corpus.amplify`` writes ``WORK/corpus_N.json`` (seed ``--seed``).
-2. One process builds the index with ``bench_index.py``'s own ``main`` (fast extractor, MiniLM
-   bf16, ``--device``): the report's seconds per stage (extract, embed, synonyms, structure) plus
-   ``save`` (``Index.save`` timed around bench_index's call) and the process's peak RSS.
+2. One process builds the index with ``bench_index.py``'s own ``main`` (fast extractor, MiniLM in
+   ``--encoder-dtype``, default bfloat16 as bench_index's; ``--device``): the report's seconds per
+   stage (extract, embed, synonyms, structure) plus ``save`` (``Index.save`` timed around
+   bench_index's call), the process's peak RSS, wall and CPU seconds.
 3. Another process loads it (encoder and index, timed apart) and answers a deterministic mix of
    ``--questions`` dev questions (default 1,024: the 1,169 questions of the three dev sets shuffled
    with the seed) with each of ``--methods`` (default dense, hyperprove, ppr) without an LLM, after
    a warm-up of 16 questions: seconds and questions/s each (``hpengine.jobs.evaluate``'s answering
-   wall time, batches of 256), and Recall@5 over the questions whose gold passages are all in the
-   index (below N = 19,342 only part of the originals are).
+   wall time, batches of 256), the same less the question-encoding stage (a cost that does not
+   depend on N), CPU seconds, and Recall@5 over the questions whose gold passages are all in the
+   index (below N = 19,342 only part of the originals are). The query encoder runs in
+   ``--encoder-dtype`` too (the dtype is a run-time field of the index's encoder: without it, the
+   default bfloat16 would apply to a float32-built index).
 
 It prints a markdown table with each row's growth exponent between successive sizes,
-log(t2 / t1) / log(n2 / n1) (1 = linear; for q/s rows the exponent of the seconds per 1,024
-questions), and with ``--label NAME`` saves ``benchmarks/results/NAME.json`` through the harness
-(one record per stage / method and size; ``--compare`` works on them). Every child's report is
-also kept as ``WORK/build_N.json`` and ``WORK/query_N.json``. Sizes run one after another; on a
-loaded CPU run the whole thing under ``nice``.
+log(t2 / t1) / log(n2 / n1) (1 = linear; q/s rows: read the seconds' exponent), and the 1-minute
+load average at the start and end of each child: other jobs on the CPU change wall times, and CPU
+seconds less so. With ``--label NAME`` it saves ``benchmarks/results/NAME.json`` through the
+harness (one record per stage / method and size; ``--compare`` works on them). Every child's report
+is kept as ``WORK/build_N.json`` and ``WORK/query_N.json`` (logs ``*.log``). Sizes run one after
+another. On a CPU that other jobs share, run it under ``nice`` with ``--threads 1`` (two processes
+spinning 2 OpenMP threads each on 2 cores slow each other several-fold), and with
+``--encoder-dtype float32`` on CPUs without fast bfloat16: on the 2-core dev box bfloat16 MiniLM
+encoded 6.5x slower than float32.
 """
 from __future__ import annotations
 
@@ -94,7 +103,8 @@ def child_build(args) -> None:
     hpengine.jobs.run_index, Index.save = capture, timed_save  # bench_index imports run_index when main runs
     sys.argv = ["bench_index.py", "--corpus", args.corpus, "--out", args.index, "--device", args.device,
                 "--encoder-dtype", args.encoder_dtype]
-    start = time.perf_counter()
+    load_start = list(os.getloadavg())
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         bench_index.main()
     finally:
@@ -104,6 +114,8 @@ def child_build(args) -> None:
     report["seconds"]["save"] = round(saved.get("seconds", 0.0), 3)
     report["wall_seconds"] = round(wall, 3)
     report["max_rss_mib"] = round(_max_rss_mib(), 1)  # the whole process, the save included
+    report["cpu_seconds"] = round(time.process_time() - cpu_start, 3)  # less sensitive to other jobs than wall
+    report["loadavg_start_end"] = [load_start, list(os.getloadavg())]  # other jobs on the CPU skew the times
     write_json(report, args.child_out, default=str)
 
 
@@ -131,15 +143,17 @@ def child_query(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     questions = question_mix(args.data_dir, args.questions, args.seed)
+    load_start = list(os.getloadavg())
     start = time.perf_counter()
     meta = peek_index_meta(args.index)
-    encoder = encoder_for_index(meta, EncoderConfig(name_or_path="", device=args.device))
+    # dtype is a run-time field of the index's encoder (its default, bfloat16, would override the build's)
+    encoder = encoder_for_index(meta, EncoderConfig(name_or_path="", device=args.device, dtype=args.encoder_dtype))
     encoder_s = time.perf_counter() - start
     start = time.perf_counter()
     index = Index.load(args.index, device=args.device, expected_encoder=encoder.name)
     index_s = time.perf_counter() - start
     report = {"load_encoder_seconds": round(encoder_s, 3), "load_index_seconds": round(index_s, 3),
-              "questions": len(questions), "methods": {}}
+              "questions": len(questions), "encoder_dtype": args.encoder_dtype, "methods": {}}
     for method in args.methods:
         config = get_retriever(method).config_class()
         engine = Engine(index, encoder, RetrievalConfig(), config)
@@ -147,16 +161,20 @@ def child_query(args) -> None:
         evaluate(engine, questions[:WARMUP_QUESTIONS], EvalConfig(batch_size=args.batch_size), progress=False)
         warm = time.perf_counter() - start
         engine.timer.seconds.clear()  # the timed run's stage seconds only
+        cpu_start = time.process_time()
         res = evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False)
+        cpu = time.process_time() - cpu_start  # includes evaluate's scoring after the answering wall time
         full = [r for r in res["records"] if r["gold_ranks"] and r["gold_in_index"] == len(r["gold_ranks"])]
         report["methods"][method] = {
             "seconds": res["wall_seconds"], "questions_per_second": res["questions_per_second"],
+            "cpu_seconds": round(cpu, 3),
             "warmup_seconds": round(warm, 3), "stage_seconds": res["seconds"],
             "recall@5": res["recall@5"], "questions_gold_in_index": len(full),
             "recall@5_gold_in_index": round(sum(r["recall@5"] for r in full) / len(full), 4) if full else None,
         }
         print(f"  {method:10} {res['wall_seconds']:8.2f} s  {res['questions_per_second']:8.1f} q/s", flush=True)
     report["max_rss_mib"] = round(_max_rss_mib(), 1)
+    report["loadavg_start_end"] = [load_start, list(os.getloadavg())]
     write_json(report, args.child_out)
 
 
@@ -186,6 +204,7 @@ def rows_of(builds: dict, queries: dict, methods: list) -> list[tuple[str, dict]
 
     rows = [(f"{s} s", {n: builds[n]["seconds"].get(s) for n in sizes}) for s in STAGES]
     rows.append(("build wall s", {n: builds[n]["wall_seconds"] for n in sizes}))
+    rows.append(("build CPU s", {n: builds[n].get("cpu_seconds") for n in sizes}))
     rows.append(("build peak RSS MiB", {n: builds[n]["max_rss_mib"] for n in sizes}))
     for key in ("facts", "entities", "synonym_pairs", "nnz"):
         rows.append((key, {n: builds[n].get(key) for n in sizes}))
@@ -194,11 +213,21 @@ def rows_of(builds: dict, queries: dict, methods: list) -> list[tuple[str, dict]
     for m in methods:
         rows.append((f"{m} s / Q", {n: (method(n, m) or {}).get("seconds") for n in sizes}))
         rows.append((f"{m} s / Q without query encoding", {n: _without_encode(method(n, m)) for n in sizes}))
+        rows.append((f"{m} CPU s / Q", {n: (method(n, m) or {}).get("cpu_seconds") for n in sizes}))
         rows.append((f"{m} q/s", {n: (method(n, m) or {}).get("questions_per_second") for n in sizes}))
         rows.append((f"{m} R@5 (gold in index)", {n: (method(n, m) or {}).get("recall@5_gold_in_index")
                                                   for n in sizes}))
     rows.append(("query peak RSS MiB", {n: queries.get(n, {}).get("max_rss_mib") for n in sizes}))
+    for name, reports in (("build", builds), ("query", queries)):  # the 1-minute load average, start → end
+        rows.append((f"load avg, {name}", {n: _load(reports.get(n)) for n in sizes}))
     return rows
+
+
+def _load(report: dict | None) -> str | None:
+    if not report or "loadavg_start_end" not in report:
+        return None
+    start, end = report["loadavg_start_end"]
+    return f"{start[0]:.1f} → {end[0]:.1f}"
 
 
 def format_table(builds: dict, queries: dict, methods: list, questions: int) -> str:
@@ -210,10 +239,11 @@ def format_table(builds: dict, queries: dict, methods: list, questions: int) -> 
         cells = []
         for n in sizes:
             v = values.get(n)
-            cells.append("–" if v is None else (f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"))
+            cells.append("–" if v is None else v if isinstance(v, str) else f"{v:,}" if isinstance(v, int)
+                         else f"{v:,.2f}")
         exps = []
         for a, b in zip(sizes, sizes[1:]):
-            if name.endswith("q/s") or "R@5" in name:  # q/s: the exponent of seconds; recall: none
+            if name.endswith("q/s") or "R@5" in name or name.startswith("load avg"):  # q/s: see the seconds
                 exps.append("")
                 continue
             e = exponent(a, values.get(a), b, values.get(b))
