@@ -22,6 +22,7 @@ import time
 def dump(args) -> None:
     import torch
 
+    from hpengine.config import EncoderConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
     from hpengine.models import Decomposer, Reader
@@ -30,7 +31,7 @@ def dump(args) -> None:
 
     torch.set_num_threads(args.threads)
     index = Index.load(args.index)
-    encoder = encoder_for_index(index.meta)
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
     questions = load_questions(args.questions)
     texts = [q.question for q in (questions[: args.max] if args.max else questions)]
     model, tok = build_tiny_pair([p.text for p in index.passages[:300]] + texts[:200], vocab_size=320,
@@ -76,6 +77,8 @@ def main() -> int:
     ap.add_argument("--llm-max", type=int, default=16, help="questions for the tiny-LLM runs")
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr", "grag"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--encoder-dtype", default="float32",
+                    help="the query encoder's dtype, named (the default 'auto' of newer checkouts resolves by CPU)")
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
     args = ap.parse_args()
     if args.compare:

@@ -26,7 +26,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--extractor", default="fast", choices=["fast", "llm"])
     ap.add_argument("--encoder", default="minilm", help="a preset of conf/encoder/ (minilm, e5-small) or a model folder")
-    ap.add_argument("--encoder-dtype", default="bfloat16")
+    ap.add_argument("--encoder-dtype", default="auto",
+                    help="auto (bfloat16 where the device has it natively, else float32) | float32 | bfloat16")
     ap.add_argument("--grag", action="store_true", help="also build GRAG-MH's parts (grag.build=true)")
     ap.add_argument("--label", default="", help="save the report as benchmarks/results/index_LABEL.json")
     args = ap.parse_args()

@@ -12,7 +12,7 @@ For each size N:
 
 1. ``amplify_corpus.amplify`` writes ``WORK/corpus_N.json`` (seed ``--seed``).
 2. One process builds the index with ``bench_index.py``'s own ``main`` (fast extractor, MiniLM in
-   ``--encoder-dtype``, default bfloat16 as bench_index's; ``--device``): the report's seconds per
+   ``--encoder-dtype``, default auto as bench_index's; ``--device``): the report's seconds per
    stage (extract, embed, synonyms, structure) plus ``save`` (``Index.save`` timed around
    bench_index's call), the process's peak RSS, wall and CPU seconds.
 3. Another process loads it (encoder and index, timed apart) and answers a deterministic mix of
@@ -22,8 +22,8 @@ For each size N:
    wall time, batches of 256), the same less the question-encoding stage (a cost that does not
    depend on N), CPU seconds, and Recall@5 over the questions whose gold passages are all in the
    index (below N = 19,342 only part of the originals are). The query encoder runs in
-   ``--encoder-dtype`` too (the dtype is a run-time field of the index's encoder: without it, the
-   default bfloat16 would apply to a float32-built index).
+   ``--encoder-dtype`` too (the dtype is a run-time field of the index's encoder, not recorded
+   with the index).
 
 It prints a markdown table with each row's growth exponent between successive sizes,
 log(t2 / t1) / log(n2 / n1) (1 = linear; q/s rows: read the seconds' exponent), and the 1-minute
@@ -32,9 +32,9 @@ seconds less so. With ``--label NAME`` it saves ``benchmarks/results/NAME.json``
 harness (one record per stage / method and size; ``--compare`` works on them). Every child's report
 is kept as ``WORK/build_N.json`` and ``WORK/query_N.json`` (logs ``*.log``). Sizes run one after
 another. On a CPU that other jobs share, run it under ``nice`` with ``--threads 1`` (two processes
-spinning 2 OpenMP threads each on 2 cores slow each other several-fold), and with
-``--encoder-dtype float32`` on CPUs without fast bfloat16: on the 2-core dev box bfloat16 MiniLM
-encoded 6.5x slower than float32.
+spinning 2 OpenMP threads each on 2 cores slow each other several-fold). ``--encoder-dtype auto``
+takes float32 on CPUs without native bfloat16: on the 2-core AVX2 dev box bfloat16 MiniLM encoded
+5.8x slower than float32.
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def child_query(args) -> None:
     load_start = list(os.getloadavg())
     start = time.perf_counter()
     meta = peek_index_meta(args.index)
-    # dtype is a run-time field of the index's encoder (its default, bfloat16, would override the build's)
+    # dtype is a run-time field of the index's encoder, not recorded with the index: this run's setting
     encoder = encoder_for_index(meta, EncoderConfig(name_or_path="", device=args.device, dtype=args.encoder_dtype))
     encoder_s = time.perf_counter() - start
     start = time.perf_counter()
@@ -290,8 +290,8 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=1024)
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
     ap.add_argument("--batch-size", type=int, default=256, help="questions per engine call")
-    ap.add_argument("--encoder-dtype", default="bfloat16",
-                    help="MiniLM's dtype (bench_index.py's default, bfloat16; float32 on CPUs without fast bf16)")
+    ap.add_argument("--encoder-dtype", default="auto",
+                    help="MiniLM's dtype (default auto: bfloat16 where the device has it natively, else float32)")
     ap.add_argument("--reuse", action="store_true",
                     help="keep an index already built in WORK (skip its build) and its newer query report")
     ap.add_argument("--keep-indexes", action="store_true", help="leave WORK/index_N after querying")

@@ -35,6 +35,37 @@ BUILT_ENCODERS = {
 }
 
 
+def native_bfloat16(device: str | torch.device) -> bool:
+    """Whether ``device`` runs bfloat16 matrix products natively: CUDA, or a CPU whose oneDNN has
+    bfloat16 kernels (AVX512-BF16 or AMX). Elsewhere bfloat16 is emulated and slower than float32."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
+
+
+def resolve_dtype(name: str, device: str | torch.device = "cpu") -> torch.dtype:
+    """The torch dtype of an ``encoder.dtype`` setting on ``device``: ``"auto"`` is bfloat16 where
+    :func:`native_bfloat16` holds, else float32; the other names are what they say.
+
+    Example:
+        >>> resolve_dtype("float16")
+        torch.float16
+        >>> resolve_dtype("auto", "cpu") in (torch.float32, torch.bfloat16)
+        True
+    """
+    if name == "auto":
+        return torch.bfloat16 if native_bfloat16(device) else torch.float32
+    if name not in _DTYPES:
+        raise ValueError(f"encoder.dtype must be one of {['auto', *_DTYPES]} (got {name!r})")
+    return _DTYPES[name]
+
+
 def models_dir() -> Path:
     """``$HPENGINE_MODELS``, else ``~/.cache/hpengine/models`` (where the get_*.py scripts write)."""
     return Path(os.environ.get("HPENGINE_MODELS") or Path.home() / ".cache" / "hpengine" / "models")
@@ -256,7 +287,8 @@ class Encoder:
 
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
-            model = AutoModel.from_pretrained(path, dtype=_DTYPES[cfg.dtype], local_files_only=local_only)
+            model = AutoModel.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, cfg.device),
+                                              local_files_only=local_only)
         except (OSError, ValueError) as err:  # a folder or hub model transformers cannot read
             from hpengine.errors import UserError
 

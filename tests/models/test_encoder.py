@@ -304,3 +304,25 @@ def test_cli_reports_a_bad_encoder_path_in_one_line(tmp_path, capsys):
                            f"folder (config.json and model.safetensors or pytorch_model.bin), minilm, e5-small or a "
                            f"Hugging Face model name (got nothing at {str(missing)!r})")
     assert not (tmp_path / "idx").exists()
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_device_has_it_natively(tiny_parts, tmp_path, monkeypatch):
+    from hpengine.models import _encoder
+
+    assert EncoderConfig().dtype == "auto"
+    assert _encoder.resolve_dtype("auto", "cuda:0") == torch.bfloat16
+    for native, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda native=native: native)
+        assert _encoder.native_bfloat16("cpu") is native
+        assert _encoder.resolve_dtype("auto", "cpu") == expected
+    for name in ("float32", "bfloat16", "float16"):  # named dtypes are taken as they are, on any device
+        assert _encoder.resolve_dtype(name, "cpu") == getattr(torch, name)
+    with pytest.raises(ValueError, match="encoder.dtype must be one of .*'auto'.* \\(got 'half'\\)"):
+        _encoder.resolve_dtype("half")
+    with pytest.raises(ValueError, match="encoder.dtype"):
+        EncoderConfig(dtype="half")
+    model, tokenizer = tiny_parts  # the loaded model carries the resolved dtype
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    enc = Encoder(EncoderConfig(name_or_path=str(tmp_path), dtype="auto"))
+    assert next(enc.model.parameters()).dtype == torch.float32  # the patched CPU lacks native bfloat16
