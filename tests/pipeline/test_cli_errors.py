@@ -80,7 +80,7 @@ def built(tmp_path_factory):
     for name, content in files.items():
         write(root / name, content)
     (root / "a_folder").mkdir()
-    run = cli("index", f"corpus={root / 'corpus.json'}", f"out={root / 'pristine'}", *FAST, cwd=root)
+    run = cli_in_process("index", f"corpus={root / 'corpus.json'}", f"out={root / 'pristine'}", *FAST)
     assert run.returncode == 0, run.stderr
     return root
 
@@ -380,9 +380,9 @@ def test_kill_9_during_save_keeps_a_complete_index(work, command, point):
     new_passages = {"index": 1, "add": old.num_passages + 1}[command]
     expected = old.num_passages if point == "before-commit" else new_passages
     assert loaded.num_passages == expected
-    if point == "before-commit":  # the next writer works over what the kill left, and clears it
+    if point == "before-commit":  # the next writer (in this process) works over what the kill left, and clears it
         assert any(n.startswith("gen-") for n in os.listdir(idx) if n != "gen-000001")
-        run = cli(*args, *FAST, cwd=work)
+        run = cli_in_process(*args, *FAST)
         assert run.returncode == 0, run.stderr
         assert Index.load(idx).num_passages == new_passages
         generations = sorted(n for n in os.listdir(idx) if n.startswith(("gen-", ".tmp-")))
