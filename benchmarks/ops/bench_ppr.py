@@ -1,6 +1,12 @@
 """Batched personalised PageRank (hpengine.retrieval.personalized_pagerank) against per-question PPR.
 
-Graphs: ``power_law_hypergraph(H)``, star-expanded (entities, facts, passages; N ~ 1.6 H nodes).
+Graphs (``--graph``), star-expanded (entities, facts, passages):
+
+* ``power_law``: ``power_law_hypergraph(H)`` (title entities plus Zipf pool mentions; N ~ 1.6 H);
+* ``zipf``: ``zipf_fact_hypergraph(H)``: every fact 0-4 entities (uniform count) of Zipf 0.7
+  popularity from a pool of 0.3 H, a passage per ~6 facts (N ~ 1.47 H);
+* ``index``: a built index's own graph (``--index DIR``; ``--sizes`` is ignored, H is the index's).
+
 Personalization (HippoRAG-like): each question seeds 5 random entities and 5 random passages that
 have facts, with random weights, given to our op in the sparse ``(ids, mass)`` form. Damping 0.85.
 
@@ -24,6 +30,8 @@ beside each Q. Run (~10 minutes on the 2-core dev box)::
 
     python benchmarks/ops/bench_ppr.py --threads 1 --label ppr_cpu_t1
     python benchmarks/ops/bench_ppr.py --sizes 100000 --queries 1024 --profile --no-baselines
+    python benchmarks/ops/bench_ppr.py --graph zipf --sizes 100000 --queries 1024 --threads 1 --label ppr_zipf_t1
+    python benchmarks/ops/bench_ppr.py --graph index --index IDX --queries 1024 --threads 1 --label ppr_2wiki_t1
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ from _harness import Record, add_common_args, finish, measure  # noqa: E402
 
 from hpengine.graph import HyperGraph  # noqa: E402
 from hpengine.retrieval import personalized_pagerank, ppr_chunk_size  # noqa: E402
-from hpengine.testing._graphs import power_law_hypergraph  # noqa: E402
+from hpengine.testing._graphs import power_law_hypergraph, zipf_fact_hypergraph  # noqa: E402
 from hpengine.testing.reference import star_graph_edges  # noqa: E402
 
 BENCH = "ppr"
@@ -49,12 +57,27 @@ DAMPING = 0.85
 SEEDS = 5  # entities and passages per question
 
 
+def load_graph(kind: str, num_facts: int, index: str | None, seed: int = 0):
+    """``(fact_entity [2, nnz], fact_passage [H], V, P)`` on the CPU for ``--graph kind``."""
+    if kind == "power_law":
+        return power_law_hypergraph(num_facts, seed=seed)
+    if kind == "zipf":
+        return zipf_fact_hypergraph(num_facts, seed=seed)
+    from hpengine.graph import Index
+
+    idx = Index.load(index)
+    fe = idx.graph.fact_entity.cpu()  # with the synonym expansion the PPR retriever walks
+    return fe, idx.fact_passage.cpu(), idx.num_entities, idx.num_passages
+
+
 class Problem:
     """Graph, star edges and personalization for one H."""
 
-    def __init__(self, num_facts: int, max_q: int, device: str, seed: int = 0):
+    def __init__(self, num_facts: int, max_q: int, device: str, seed: int = 0, kind: str = "power_law",
+                 index: str | None = None):
         t0 = time.perf_counter()
-        fe, fp, v, p = power_law_hypergraph(num_facts, seed=seed)
+        fe, fp, v, p = load_graph(kind, num_facts, index, seed)
+        num_facts = int(fp.numel())
         self.raw = (fe, fp, v, p)
         self.graph = HyperGraph.from_incidence(fe.to(device), fp.to(device), v, p)
         self.v, self.h, self.p = v, num_facts, p
@@ -226,6 +249,8 @@ def table(records: list[Record]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="power_law", choices=["power_law", "zipf", "index"])
+    parser.add_argument("--index", help="the index folder of --graph index")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, nargs="+", default=[1, 64, 1024])
     parser.add_argument("--impls", nargs="+", default=list(OURS), choices=list(OURS))
@@ -240,6 +265,12 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true", help="torch.profiler table for each (H, largest Q)")
     add_common_args(parser)
     args = parser.parse_args(argv)
+    if args.graph == "index":
+        if not args.index:
+            parser.error("--graph index needs --index DIR")
+        from hpengine.pipeline import peek_index_meta
+
+        args.sizes = [int(peek_index_meta(args.index)["num_facts"])]
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}", flush=True)
@@ -247,7 +278,8 @@ def main(argv=None) -> int:
     for h in args.sizes:
         big = h >= 1_000_000
         qs = [q for q in args.queries if not (big and args.max_q_at_1m and q > args.max_q_at_1m)]
-        problem = Problem(h, max(args.queries + [args.baseline_questions, args.accuracy_questions]), args.device)
+        problem = Problem(h, max(args.queries + [args.baseline_questions, args.accuracy_questions]), args.device,
+                          kind=args.graph, index=args.index)
         ref = personalized_pagerank(problem.graph, (problem.ids_dev[:args.accuracy_questions],
                                                     problem.mass_dev[:args.accuracy_questions].double()),
                                     damping=DAMPING, tol=1e-13, method="chebyshev", max_iter=1000).cpu()
@@ -284,7 +316,8 @@ def main(argv=None) -> int:
         del problem
         gc.collect()
     print(table(records))
-    return finish(args, records, {"grid": {"sizes": args.sizes, "queries": args.queries, "damping": DAMPING}})
+    return finish(args, records, {"grid": {"graph": args.graph, "index": args.index, "sizes": args.sizes,
+                                           "queries": args.queries, "damping": DAMPING}})
 
 
 if __name__ == "__main__":

@@ -97,4 +97,50 @@ def power_law_hypergraph(num_facts: int, *, seed: int = 0, facts_per_passage: fl
     return fact_entity.to(device), fact_passage.to(device), num_passages + pool, num_passages
 
 
-__all__ = ["power_law_hypergraph", "random_hypergraph"]
+def zipf_fact_hypergraph(num_facts: int, *, seed: int = 0, max_entities: int = 4, facts_per_passage: float = 6.0,
+                         entity_ratio: float = 0.3, zipf_exponent: float = 0.7,
+                         device="cpu") -> tuple[Tensor, Tensor, int, int]:
+    """Hypergraph of facts with 0 to ``max_entities`` entities of Zipf popularity.
+
+    Each fact draws ``k ~ Uniform{0, ..., max_entities}`` mentions from one entity pool of
+    ``entity_ratio * H`` entities with weights ``w_a ∝ (a + 1) ** -zipf_exponent`` (repeated
+    draws of one entity by one fact collapse, so a fact has at most ``k`` distinct entities; facts
+    with none are isolated). Passages hold ``1 + Poisson(facts_per_passage - 1)`` consecutive
+    facts. Unlike :func:`power_law_hypergraph` there are no title entities: every entity comes from
+    the shared pool.
+
+    Returns:
+        ``(fact_entity, fact_passage, num_entities, num_passages)``, ``fact_entity`` without
+        duplicate pairs, sorted by fact.
+
+    Shapes:
+        returns ``([2, nnz], [H], V, P)``.
+
+    Example:
+        >>> fe, fp, v, p = zipf_fact_hypergraph(1000, seed=0)
+        >>> int(torch.bincount(fe[0], minlength=1000).max()) <= 4, v
+        (True, 300)
+    """
+    if num_facts < 1 or max_entities < 0:
+        raise ValueError(f"num_facts must be >= 1 and max_entities >= 0 (got {num_facts}, {max_entities})")
+    if facts_per_passage < 1 or zipf_exponent <= 0:
+        raise ValueError(f"facts_per_passage must be >= 1 and zipf_exponent > 0 "
+                         f"(got {facts_per_passage}, {zipf_exponent})")
+    g = torch.Generator().manual_seed(seed)
+    sizes = 1 + torch.poisson(torch.full((num_facts,), facts_per_passage - 1.0), generator=g).long()
+    ends = torch.cumsum(sizes, 0)
+    num_passages = int(torch.searchsorted(ends, torch.tensor(num_facts), right=False)) + 1
+    fact_passage = torch.searchsorted(ends[:num_passages], torch.arange(num_facts), right=True)
+    pool = max(1, int(math.ceil(entity_ratio * num_facts)))
+    counts = torch.randint(0, max_entities + 1, (num_facts,), generator=g)
+    facts = torch.repeat_interleave(torch.arange(num_facts), counts)
+    weights = torch.arange(1, pool + 1, dtype=torch.float64).pow(-zipf_exponent)
+    ents = torch.multinomial(weights, facts.numel(), replacement=True, generator=g) if facts.numel() \
+        else torch.zeros(0, dtype=torch.long)
+    ents = torch.randperm(pool, generator=g)[ents]  # hub ids spread over the range
+    pairs = torch.unique(facts * pool + ents)  # sorted by fact, duplicates collapsed
+    fact_entity = torch.stack([pairs // pool, pairs % pool])
+    return fact_entity.to(device), fact_passage.to(device), pool, num_passages
+
+
+__all__ = ["power_law_hypergraph", "random_hypergraph", "zipf_fact_hypergraph"]
