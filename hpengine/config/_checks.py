@@ -26,6 +26,7 @@ MAX_SUBGRAPH = 4096  # the local subgraph of a hop: its [M, M] float32 block is 
 MAX_ITER = 10_000  # power / Chebyshev iterations (damping 0.999 converges to 1e-6 in about 14k power steps)
 MAX_PROCESSES = 1024  # worker processes
 MAX_CELLS = 65_536  # FAISS IVF cells (lowered to the keys / 39 for small indexes)
+MAX_KEYS = 10**11  # keys of one dense search (far past any corpus's facts)
 
 
 def _key(prefix: str, name: str) -> str:

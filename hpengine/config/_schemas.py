@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hpengine.config._checks import (MAX_BATCH, MAX_BATCH_TOKENS, MAX_CELLS, MAX_MEMORY_MB, MAX_PASSAGES,
+from hpengine.config._checks import (MAX_BATCH, MAX_BATCH_TOKENS, MAX_CELLS, MAX_KEYS, MAX_MEMORY_MB, MAX_PASSAGES,
                                      MAX_PROCESSES, MAX_STEPS, MAX_SUBGRAPH, MAX_TOKENS, MAX_TOP, _check_choice,
                                      _check_finite, _check_range)
 from hpengine.config._grag import GragBuildConfig
@@ -168,9 +168,12 @@ class RetrievalConfig:
     struct_depth: int = 0  # rounds of the distance-to-frontier BFS; 0 means "same as bfs_depth"
     alpha: float = 0.7  # score = alpha * cosine + (1 - alpha) * structure, in [0, 1]
     top_k: int = 3  # K facts kept per hop (dev sweep: 3 beats 5 on HotpotQA R@5, ties elsewhere); more than M pads
-    seed_backend: str = "exact"  # exact | faiss_flat | faiss_ivf
+    # dense fact and passage search: auto (exact below approximate_min_keys keys, FAISS IVF from there
+    # on) | exact | faiss_flat | faiss_ivf (forced approximate)
+    seed_backend: str = "auto"
+    approximate_min_keys: int = 1_000_000  # where auto turns approximate (benchmark corpora stay exact)
     faiss_nlist: int = 1024  # IVF cells, at most MAX_CELLS = 65,536 (lowered to H / 39 for small indexes)
-    faiss_nprobe: int = 16  # cells searched, at most 65,536 (lowered to the cells)
+    faiss_nprobe: int = 128  # cells searched, at most 65,536 (lowered to the cells; 16 cost 1-2 points of R@5)
     memory_budget_mb: int = 2048  # bounds the per-chunk working set of a hop (at most MAX_MEMORY_MB, 1 TiB)
     query_chunk_size: int = 0  # 0: derive from memory_budget_mb (at most MAX_BATCH = 65,536)
 
@@ -187,7 +190,8 @@ class RetrievalConfig:
         _check_range("retrieval.alpha", self.alpha, 0.0, 1.0)
         _check_range("retrieval.frontier_weight", self.frontier_weight, 0.0)
         _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 1, MAX_MEMORY_MB)
-        _check_choice("retrieval.seed_backend", self.seed_backend, {"exact", "faiss_flat", "faiss_ivf"})
+        _check_choice("retrieval.seed_backend", self.seed_backend, {"auto", "exact", "faiss_flat", "faiss_ivf"})
+        _check_range("retrieval.approximate_min_keys", self.approximate_min_keys, 1, MAX_KEYS)
         _check_choice("retrieval.seed_weighting", self.seed_weighting, {"cosine", "uniform"})
         _check_range("retrieval.theta", self.theta, 0.0, 1.0)  # T* entries lie in [0, 1]
         if self.subgraph_size < self.num_seeds:

@@ -77,8 +77,7 @@ class DifferentiableHyperProveHop(GraphModule):
     def _dense_index(self) -> DenseIndex:
         emb = self.fact_emb.detach()
         r = self.cfg
-        return self._cached_for("dense_index", emb, lambda: DenseIndex(emb, backend=r.seed_backend,
-                                                                        nlist=r.faiss_nlist, nprobe=r.faiss_nprobe))
+        return self._cached_for("dense_index", emb, lambda: DenseIndex.from_config(emb, r))
 
     def forward(self, query_embeddings: Tensor, frontier: Tensor | None = None, active: Tensor | None = None,
                 seeds: Tensor | None = None) -> HopResult:

@@ -43,7 +43,7 @@ class QASteps:
         # bridges are entities the facts name (extracted incidence, before synonyms)
         self.bridge_crow, self.bridge_col = self.lookups.extracted_incidence(config.bridge_skip_own_title)
         self.bridge_weight = self._make_bridge_weight()
-        self._fact_index = None  # built on first use (FAISS training is not per hop)
+        self._fact_index = self._passage_index = None  # built on first use (FAISS training is not per hop)
         self._fp_list: list | None = None
 
     @property
@@ -64,24 +64,39 @@ class QASteps:
         if self._fact_index is None:
             from hpengine.retrieval import DenseIndex
 
-            r = self.retrieval
-            self._fact_index = DenseIndex(self.index.fact_emb, backend=r.seed_backend, nlist=r.faiss_nlist,
-                                          nprobe=r.faiss_nprobe)
+            self._fact_index = DenseIndex.from_config(self.index.fact_emb, self.retrieval)
         return self._fact_index
+
+    def passage_index(self):
+        """The :class:`~hpengine.retrieval.DenseIndex` over passage embeddings (built once), for an
+        approximate passage search (``retrieval.seed_backend``: ``faiss_ivf``, or ``auto`` from
+        ``approximate_min_keys`` passages on)."""
+        if self._passage_index is None:
+            from hpengine.retrieval import DenseIndex
+
+            self._passage_index = DenseIndex.from_config(self.index.passage_emb, self.retrieval)
+        return self._passage_index
 
     def dense_passages(self, query_emb: Tensor, k: int) -> Tensor:
         """Top-``k`` passages by cosine: int64 ``[Q, min(k, P)]`` (``[Q, 0]`` without passage embeddings)."""
         return self.dense_passages_scored(query_emb, k)[1]
 
     def dense_passages_scored(self, query_emb: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """Top-``k`` passages by cosine: float32 cosines and int64 ids, ``[Q, min(k, P)]`` each."""
-        from hpengine.retrieval import dense_topk
+        """Top-``k`` passages by cosine: float32 cosines and int64 ids, ``[Q, min(k, P)]`` each.
+
+        Exact (:func:`~hpengine.retrieval.dense_topk`) unless ``retrieval.seed_backend`` resolves
+        to ``faiss_ivf`` for this many passages: then :meth:`passage_index` (``-1`` padded where
+        IVF finds fewer than ``k``)."""
+        from hpengine.retrieval import dense_topk, resolve_backend
 
         if self.index.passage_emb is None:
             empty = query_emb.new_full((query_emb.shape[0], 0), -1, dtype=torch.int64)
             return empty.float(), empty
         k = min(k, self.index.num_passages)
+        r = self.retrieval
         with self.timer.stage("dense"):
+            if resolve_backend(r.seed_backend, self.index.num_passages, r.approximate_min_keys) == "faiss_ivf":
+                return self.passage_index().search(query_emb, k)
             return dense_topk(query_emb, self.index.passage_emb, k)
 
     def passage_facts(self, passages: Tensor) -> tuple[Tensor, Tensor]:

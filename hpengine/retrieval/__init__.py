@@ -2,7 +2,7 @@
 GRAG-MH's decayed expansion."""
 from hpengine.retrieval._bfs import batched_bfs
 from hpengine.retrieval._chunking import HopPlan, plan_hop
-from hpengine.retrieval._dense import DenseIndex, dense_topk
+from hpengine.retrieval._dense import APPROXIMATE_MIN_KEYS, DenseIndex, dense_topk, resolve_backend
 from hpengine.retrieval._grag import (add_dense_candidates, best_fact_scores, blended_passage_scores,
                                       candidate_passages, candidate_support, decayed_expansion, diverse_ranking,
                                       diverse_rerank, graph_bonus, grag_seeds, mix_cross_encoder_scores,
@@ -14,6 +14,7 @@ from hpengine.retrieval._ranking import (best_home, bridge_entities, compact, fi
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
 
 __all__ = [
+    "APPROXIMATE_MIN_KEYS",
     "DenseIndex",
     "add_dense_candidates",
     "blended_passage_scores",
@@ -34,6 +35,7 @@ __all__ = [
     "linked_bridges",
     "pad_rows",
     "rank_passages",
+    "resolve_backend",
     "best_fact_scores",
     "candidate_passages",
     "candidate_support",

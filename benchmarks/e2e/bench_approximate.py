@@ -1,0 +1,147 @@
+"""Forced approximate search on the real dev sets: each method's recall with the exact dense fact
+and passage search against the same run with FAISS IVF forced on (``retrieval.seed_backend=
+faiss_ivf``, what ``auto`` picks from ``approximate_min_keys`` keys on), plus the search's own
+recall (the share of the exact top-k fact and passage ids that IVF finds) and its speed.
+
+    python benchmarks/e2e/bench_approximate.py --index-root /work/idx --datasets 2wikimultihopqa musique hotpotqa \
+        --threads 2 --label approximate_dev
+
+An index per dataset at ``INDEX_ROOT/NAME`` (``hpengine index corpus=DATA/NAME/corpus.json
+out=INDEX_ROOT/NAME``); its dev questions at ``DATA/NAME/dev.json`` (``--data-dir``, default
+../shared/data). ``--nlist`` / ``--nprobe`` override the IVF defaults (1024 cells, 16 probed; cells
+are lowered to keys / 39 for small indexes). Prints a table of R@2 / R@5 per method and setting
+with the difference in points; ``--label NAME`` saves ``benchmarks/results/NAME.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
+from _harness import result_path, write_json  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def search_recall(exact_ids: torch.Tensor, approx_ids: torch.Tensor) -> float:
+    """Mean over rows of |approx ∩ exact| / |exact| (``-1`` padding ignored).
+
+    Shapes:
+        ``[Q, k], [Q, k] -> float``.
+    """
+    hits, total = 0, 0
+    for e, a in zip(exact_ids.tolist(), approx_ids.tolist()):
+        want = {i for i in e if i >= 0}
+        hits += len(want & {i for i in a if i >= 0})
+        total += len(want)
+    return hits / total if total else float("nan")
+
+
+def search_report(index, question_emb: torch.Tensor, retrieval, k_facts: int, k_passages: int) -> dict:
+    """IVF against exact on the question embeddings: recall and seconds, facts and passages."""
+    from hpengine.retrieval import DenseIndex
+
+    out = {}
+    for name, keys, k in (("facts", index.fact_emb, k_facts), ("passages", index.passage_emb, k_passages)):
+        exact = DenseIndex(keys, backend="exact")
+        start = time.perf_counter()
+        ivf = DenseIndex(keys, backend="faiss_ivf", nlist=retrieval.faiss_nlist, nprobe=retrieval.faiss_nprobe)
+        build = time.perf_counter() - start
+        start = time.perf_counter()
+        e = exact.search(question_emb, k)[1]
+        exact_s = time.perf_counter() - start
+        start = time.perf_counter()
+        a = ivf.search(question_emb, k)[1]
+        ivf_s = time.perf_counter() - start
+        cells = ivf._faiss.nlist
+        out[name] = {"keys": int(keys.shape[0]), "k": k, "recall": round(search_recall(e, a), 4),
+                     "cells": int(cells), "probed": int(ivf._faiss.nprobe), "ivf_build_seconds": round(build, 3),
+                     "exact_seconds": round(exact_s, 4), "ivf_seconds": round(ivf_s, 4)}
+    return out
+
+
+def run_dataset(name: str, args) -> dict:
+    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph import Index
+    from hpengine.jobs import evaluate
+    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+
+    index = Index.load(str(Path(args.index_root) / name))
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
+    if args.max_questions:
+        questions = questions[: args.max_questions]
+    forced = dict(seed_backend="faiss_ivf")
+    if args.nlist:
+        forced["faiss_nlist"] = args.nlist
+    if args.nprobe:
+        forced["faiss_nprobe"] = args.nprobe
+    report = {"questions": len(questions), "methods": {}}
+    question_emb = encoder.encode([q.question for q in questions], kind="query").to(index.fact_emb.dtype)
+    retrieval = RetrievalConfig(**forced)
+    report["search"] = search_report(index, question_emb, retrieval, retrieval.num_seeds, 10)
+    print(f"{name}: {len(questions)} questions; search recall facts {report['search']['facts']['recall']:.4f} "
+          f"passages {report['search']['passages']['recall']:.4f}", flush=True)
+    for method in args.methods:
+        row = {}
+        for setting, kwargs in (("exact", dict(seed_backend="exact")), ("approximate", forced)):
+            engine = Engine(index, encoder, RetrievalConfig(**kwargs), get_retriever(method).config_class())
+            res = evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False)
+            row[setting] = {k: res[k] for k in ("recall@2", "recall@5", "wall_seconds", "questions_per_second")}
+        row["delta_points"] = {k: round(100 * (row["approximate"][k] - row["exact"][k]), 2)
+                               for k in ("recall@2", "recall@5")}
+        report["methods"][method] = row
+        print(f"  {method:10} R@5 exact {row['exact']['recall@5']:.4f} approximate {row['approximate']['recall@5']:.4f}"
+              f" ({row['delta_points']['recall@5']:+.2f} points)", flush=True)
+    return report
+
+
+def table(reports: dict) -> str:
+    lines = ["| dataset | method | R@2 exact | R@2 IVF | R@5 exact | R@5 IVF | ΔR@5 (points) | q/s exact / IVF |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, rep in reports.items():
+        for method, row in rep["methods"].items():
+            e, a = row["exact"], row["approximate"]
+            lines.append(f"| {name} | {method} | {e['recall@2']:.4f} | {a['recall@2']:.4f} | {e['recall@5']:.4f} | "
+                         f"{a['recall@5']:.4f} | {row['delta_points']['recall@5']:+.2f} | "
+                         f"{e['questions_per_second']:.1f} / {a['questions_per_second']:.1f} |")
+    lines += ["", "| dataset | search | keys | k | cells / probed | recall | exact s | IVF s | IVF build s |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rep in reports.items():
+        for what, s in rep["search"].items():
+            lines.append(f"| {name} | {what} | {s['keys']:,} | {s['k']} | {s['cells']} / {s['probed']} | "
+                         f"{s['recall']:.4f} | {s['exact_seconds']:.3f} | {s['ivf_seconds']:.3f} | "
+                         f"{s['ivf_build_seconds']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index-root", required=True)
+    ap.add_argument("--datasets", nargs="+", default=["2wikimultihopqa", "musique", "hotpotqa"])
+    ap.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
+    ap.add_argument("--max-questions", type=int, default=0, help="0: every dev question")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--nlist", type=int, default=0)
+    ap.add_argument("--nprobe", type=int, default=0)
+    ap.add_argument("--encoder-dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    reports = {name: run_dataset(name, args) for name in args.datasets}
+    print(table(reports))
+    if args.label:
+        print(f"saved {write_json({'args': vars(args), 'datasets': reports}, result_path(args.label))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
