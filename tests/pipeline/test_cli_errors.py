@@ -88,12 +88,7 @@ def built(tmp_path_factory):
 @pytest.fixture
 def work(built, tmp_path):
     """A copy of the pristine index at ``tmp_path/idx`` plus the module's input files."""
-    for p in built.iterdir():
-        if p.is_file():
-            shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "a_folder").mkdir()
-    shutil.copytree(built / "pristine", tmp_path / "idx")
-    return tmp_path
+    return copy_work(built, tmp_path)
 
 
 def assert_user_error(run, *needles):
@@ -205,30 +200,57 @@ def table_runs(built, tmp_path_factory):
     root = tmp_path_factory.mktemp("cases")
     runs = {}
     for i, name in enumerate(sorted(CASES)):
-        w = root / str(i)
-        w.mkdir()
-        for p in built.iterdir():
-            if p.is_file():
-                shutil.copy(p, w / p.name)
-        (w / "a_folder").mkdir()
-        shutil.copytree(built / "pristine", w / "idx")
+        w = copy_work(built, root / str(i))
         before = checksum(w / "idx")
         run = cli_in_process(*[a.format(w=w) for a in CASES[name][0]])
         runs[name] = (w, before, run, checksum(w / "idx"))
     return runs
 
 
-@pytest.mark.parametrize("name", SUBPROCESS_CASES)
-def test_bad_input_in_a_real_process_exits_2_without_traceback(built, tmp_path, name):
+def copy_work(built, folder):
+    """A copy of the pristine index at ``folder/idx`` plus the module's input files."""
+    folder.mkdir(parents=True, exist_ok=True)
     for p in built.iterdir():
         if p.is_file():
-            shutil.copy(p, tmp_path / p.name)
-    shutil.copytree(built / "pristine", tmp_path / "idx")
-    before = checksum(tmp_path / "idx")
-    run = cli(*[a.format(w=tmp_path) for a in CASES[name][0]], cwd=tmp_path)
+            shutil.copy(p, folder / p.name)
+    (folder / "a_folder").mkdir()
+    shutil.copytree(built / "pristine", folder / "idx")
+    return folder
+
+
+def cli_many(jobs: dict, timeout=240) -> dict:
+    """Several ``hpengine`` processes at once (each is mostly single-threaded start-up, so two cores
+    run two of them in the time of one): ``{key: (args, cwd, env)}`` -> ``{key: CompletedProcess}``."""
+    procs = {}
+    for key, (args, cwd, env) in jobs.items():
+        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+        full_env.pop("HPENGINE_DEBUG", None)
+        full_env.update(env or {})
+        procs[key] = (subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", *map(str, args)], cwd=cwd,
+                                       env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), args)
+    out = {}
+    for key, (proc, args) in procs.items():
+        stdout, stderr = proc.communicate(timeout=timeout)
+        out[key] = subprocess.CompletedProcess(list(args), proc.returncode, stdout, stderr)
+    return out
+
+
+@pytest.fixture(scope="module")
+def process_runs(built, tmp_path_factory):
+    """SUBPROCESS_CASES as real processes, started together: ``{name: (folder, before, run)}``."""
+    root = tmp_path_factory.mktemp("processes")
+    folders = {name: copy_work(built, root / str(i)) for i, name in enumerate(SUBPROCESS_CASES)}
+    before = {name: checksum(w / "idx") for name, w in folders.items()}
+    runs = cli_many({name: ([a.format(w=w) for a in CASES[name][0]], w, None) for name, w in folders.items()})
+    return {name: (folders[name], before[name], runs[name]) for name in SUBPROCESS_CASES}
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_bad_input_in_a_real_process_exits_2_without_traceback(process_runs, name):
+    w, before, run = process_runs[name]
     assert run.returncode == 2
     assert_user_error(run, *CASES[name][1])
-    assert checksum(tmp_path / "idx") == before
+    assert checksum(w / "idx") == before
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -363,22 +385,39 @@ def test_eval_output_is_strict_json_with_gold_warnings(work):
     assert result["records"][1]["recall@2"] is None and isinstance(result["recall@2"], float)
 
 
-@pytest.mark.parametrize("command, point", [("index", "before-commit"), ("index", "after-commit"),
-                                            ("add", "before-commit"), ("add", "after-commit")])
-def test_kill_9_during_save_keeps_a_complete_index(work, command, point):
+KILLS = [("index", "before-commit"), ("index", "after-commit"), ("add", "before-commit"), ("add", "after-commit")]
+
+
+def _kill_args(command, work):
     idx = work / "idx"
-    old = Index.load(idx)
-    beside = sorted(os.listdir(work))
     if command == "index":
-        args = ["index", f"corpus={work / 'more.jsonl'}", f"out={idx}", "overwrite=true"]
-    else:
-        args = ["add", f"corpus={work / 'more.jsonl'}", f"out={idx}"]
-    run = cli(*args, *FAST, cwd=work, env={"HPENGINE_TEST_KILL_AT": point})
+        return ["index", f"corpus={work / 'more.jsonl'}", f"out={idx}", "overwrite=true"]
+    return ["add", f"corpus={work / 'more.jsonl'}", f"out={idx}"]
+
+
+@pytest.fixture(scope="module")
+def killed_runs(built, tmp_path_factory):
+    """Each (command, point) of KILLS in its own copy of the index, the processes started together:
+    ``{(command, point): (folder, passages before, names beside before, run)}``."""
+    root = tmp_path_factory.mktemp("killed")
+    folders = {case: copy_work(built, root / f"{case[0]}-{case[1]}" / "w") for case in KILLS}
+    old = {case: Index.load(w / "idx").num_passages for case, w in folders.items()}
+    beside = {case: sorted(os.listdir(w)) for case, w in folders.items()}
+    runs = cli_many({case: ([*_kill_args(case[0], w), *FAST], w, {"HPENGINE_TEST_KILL_AT": case[1]})
+                     for case, w in folders.items()})
+    return {case: (folders[case], old[case], beside[case], runs[case]) for case in KILLS}
+
+
+@pytest.mark.parametrize("command, point", KILLS)
+def test_kill_9_during_save_keeps_a_complete_index(killed_runs, command, point):
+    work, old_passages, beside, run = killed_runs[(command, point)]
+    idx = work / "idx"
+    args = _kill_args(command, work)
     assert run.returncode == -signal.SIGKILL, run.stderr
     assert sorted(os.listdir(work)) == beside  # nothing is ever written beside the index folder
     loaded = Index.load(idx)  # a reader: changes nothing
-    new_passages = {"index": 1, "add": old.num_passages + 1}[command]
-    expected = old.num_passages if point == "before-commit" else new_passages
+    new_passages = {"index": 1, "add": old_passages + 1}[command]
+    expected = old_passages if point == "before-commit" else new_passages
     assert loaded.num_passages == expected
     if point == "before-commit":  # the next writer (in this process) works over what the kill left, and clears it
         assert any(n.startswith("gen-") for n in os.listdir(idx) if n != "gen-000001")
