@@ -1,0 +1,170 @@
+"""The fusion rule sweep on a dev set: every member runs once, then each candidate rule and weight
+set fuses the same member rankings through ``FusionRetriever._fuse`` (the method's own code), so a
+grid of rules costs one run of the members. The chosen configuration is then run end to end with
+``retriever=fusion`` through ``hpengine.jobs.evaluate`` and must give the sweep's numbers.
+
+    python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
+        --threads 2 --label fusion_sweep_musique_e5
+
+Members: HyperProve, PPR and dense at their defaults, 10 passages each, no LLM. Candidates: the
+rules ``lead_then_fill`` / ``rrf`` / ``score`` with ``rrf_k`` in {0, 1, 60} and the weight sets of
+``GRID``. Prints R@2 / R@5 per candidate beside the members alone; ``--label`` saves the JSON in
+``benchmarks/results/``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
+from _harness import result_path, write_json  # noqa: E402
+
+MEMBERS = ("hyperprove", "ppr", "dense")
+#: (rule, rrf_k, weights for MEMBERS, lead_passages)
+GRID = [
+    ("lead_then_fill", 1.0, (1, 1, 1), 1),  # the default
+    ("lead_then_fill", 1.0, (1, 2, 1), 1),
+    ("lead_then_fill", 1.0, (2, 1, 1), 1),
+    ("lead_then_fill", 0.0, (1, 1, 1), 1),
+    ("lead_then_fill", 60.0, (1, 1, 1), 1),
+    ("rrf", 1.0, (1, 1, 1), 1),
+    ("rrf", 1.0, (1, 1, 0), 1),
+    ("rrf", 1.0, (1, 2, 0), 1),
+    ("rrf", 1.0, (2, 1, 0), 1),
+    ("rrf", 1.0, (1, 2, 1), 1),
+    ("rrf", 1.0, (2, 1, 1), 1),
+    ("rrf", 1.0, (2, 2, 1), 1),
+    ("rrf", 0.0, (1, 1, 0), 1),
+    ("rrf", 60.0, (1, 1, 1), 1),
+    ("score", 1.0, (1, 1, 1), 1),
+    ("score", 1.0, (1, 1, 0), 1),
+    ("score", 1.0, (1, 2, 1), 1),
+    ("score", 1.0, (2, 1, 1), 1),
+]
+
+
+def recalls(index, questions, ranked: torch.Tensor, ks=(2, 5)) -> dict:
+    """Mean recall@k of ``[Q, W]`` passage ids (``-1`` padded) as ``hpengine.jobs.evaluate``
+    scores it (gold by stripped title and text; questions without gold left out)."""
+    from hpengine.eval import recall_at_k
+
+    totals, n = {k: 0.0 for k in ks}, 0
+    for q, row in zip(questions, ranked.tolist()):
+        gold = [(t.strip(), x.strip()) for t, x in q.gold_passages]
+        if not gold:
+            continue
+        n += 1
+        retrieved = [(index.passages[i].title, index.passages[i].text) for i in row if i >= 0]
+        for k in ks:
+            totals[k] += recall_at_k(retrieved, gold, k)
+    return {f"recall@{k}": round(v / n, 4) for k, v in totals.items()}
+
+
+def member_outputs(engine, questions, batch_size: int) -> list:
+    """Per batch: the members' ``Retrieved`` (through the fusion's own shared steps) and the
+    fusion retriever's cache (the dense cosines the ``score`` rule reads)."""
+    fusion = engine.retriever
+    batches = []
+    for b in range(0, len(questions), batch_size):
+        texts = [q.question for q in questions[b: b + batch_size]]
+        emb = engine.steps.encode(texts)
+        fusion._cache.clear()
+        fusion._cache.update(emb=emb, dense={})
+        outs = {name: retriever.retrieve(texts, emb) for name, (retriever, _) in fusion.members.items()}
+        batches.append((outs, dict(fusion._cache, dense=dict(fusion._cache["dense"]))))
+    return batches
+
+
+def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_passages: int) -> torch.Tensor:
+    """``[Q, passage_width]`` fused ids of every batch with this candidate (the method's ``_fuse``)."""
+    fusion = engine.retriever
+    members = dict(fusion.members)
+    fusion.config = dataclasses.replace(fusion.config, rule=rule, rrf_k=rrf_k, weights=list(weights),
+                                        lead_passages=lead_passages)
+    fusion.members = {n: (members[n][0], w) for n, w in zip(MEMBERS, weights) if w > 0}
+    try:
+        out = []
+        for outs, cache in batches:
+            fusion._cache.clear()
+            fusion._cache.update(cache)
+            out.append(fusion._fuse({n: outs[n] for n in fusion.members}))
+        width = max(t.shape[1] for t in out)
+        return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in out])
+    finally:
+        fusion.members = members
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--questions", required=True)
+    ap.add_argument("--max-questions", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--encoder-dtype", default="auto")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--verify", type=int, default=-1,
+                    help="GRID row run end to end as retriever=fusion (default: the best R@5)")
+    ap.add_argument("--label", default="")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from hpengine.config import EncoderConfig, EvalConfig, FusionConfig, RetrievalConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph import Index
+    from hpengine.jobs import evaluate
+    from hpengine.pipeline import Engine, encoder_for_index
+
+    index = Index.load(args.index)
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    questions = load_questions(args.questions)
+    if args.max_questions:
+        questions = questions[: args.max_questions]
+    engine = Engine(index, encoder, RetrievalConfig(), FusionConfig(members=list(MEMBERS)))
+    start = time.perf_counter()
+    batches = member_outputs(engine, questions, args.batch_size)
+    members_s = time.perf_counter() - start
+    report = {"index": args.index, "questions": len(questions), "members_seconds": round(members_s, 2),
+              "members": {}, "grid": []}
+    for name in MEMBERS:
+        ranked = torch.cat([torch.nn.functional.pad(o[name].ranked, (0, 10 - o[name].ranked.shape[1]), value=-1)
+                            for o, _ in batches])
+        report["members"][name] = recalls(index, questions, ranked)
+    for rule, k, weights, lead in GRID:
+        start = time.perf_counter()
+        fused = fuse_all(engine, batches, rule, k, weights, lead)
+        row = {"rule": rule, "rrf_k": k, "weights": list(weights), "lead_passages": lead,
+               **recalls(index, questions, fused), "fuse_seconds": round(time.perf_counter() - start, 3)}
+        report["grid"].append(row)
+    best = args.verify if args.verify >= 0 else max(range(len(GRID)), key=lambda i: report["grid"][i]["recall@5"])
+    rule, k, weights, lead = GRID[best]
+    cfg = FusionConfig(members=list(MEMBERS), rule=rule, rrf_k=k, weights=list(weights), lead_passages=lead)
+    res = evaluate(Engine(index, encoder, RetrievalConfig(), cfg), questions, EvalConfig(batch_size=args.batch_size),
+                   progress=False)
+    report["verified"] = {"row": best, "recall@2": res["recall@2"], "recall@5": res["recall@5"],
+                          "questions_per_second": res["questions_per_second"],
+                          "equal_to_sweep": (res["recall@2"], res["recall@5"]) ==
+                          (report["grid"][best]["recall@2"], report["grid"][best]["recall@5"])}
+    lines = [f"{args.index}: {len(questions)} questions; members run once in {members_s:.1f} s",
+             "| run | rule | k | weights (hp, ppr, dense) | R@2 | R@5 |", "|---|---|---:|---|---:|---:|"]
+    for name, r in report["members"].items():
+        lines.append(f"| {name} alone | | | | {r['recall@2']:.4f} | {r['recall@5']:.4f} |")
+    for i, row in enumerate(report["grid"]):
+        mark = " (default)" if i == 0 else ""
+        lines.append(f"| fusion{mark} | {row['rule']} | {row['rrf_k']:g} | {', '.join(map(str, row['weights']))} | "
+                     f"{row['recall@2']:.4f} | {row['recall@5']:.4f} |")
+    v = report["verified"]
+    lines.append(f"end to end (row {best}): R@2 {v['recall@2']:.4f} R@5 {v['recall@5']:.4f}, "
+                 f"{v['questions_per_second']:.1f} q/s; equal to the sweep: {v['equal_to_sweep']}")
+    print("\n".join(lines))
+    if args.label:
+        print(f"saved {write_json(report, result_path(args.label))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
