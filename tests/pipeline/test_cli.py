@@ -24,32 +24,18 @@ def test_help_and_unknown_command(capsys):
     assert err.startswith("hpengine: error: unknown command") and err.count("\n") == 1
 
 
-def test_index_builtin_then_add(tmp_path, capsys):
-    out = tmp_path / "idx"
-    main(["index", f"corpus={builtin_corpus_path()}", f"out={out}", "encoder.dtype=float32"])
-    printed = capsys.readouterr().out
-    assert "index written to" in printed and "facts" in printed and "peak RSS" in printed
-    index = Index.load(out)
-    assert index.num_passages == 40 and index.num_facts > 40
-    assert index.meta["build_report"]["seconds"].keys() >= {"extract", "embed", "synonyms", "structure"}
-    extra = tmp_path / "extra.jsonl"
-    extra.write_text(json.dumps({"title": "Zzyzx Station", "text": "Zzyzx Station is a train stop in Orland."}) + "\n")
-    main(["add", f"corpus={extra}", f"out={out}", "encoder.dtype=float32"])
-    grown = Index.load(out)
-    assert grown.num_passages == 41
-    assert grown.facts[: index.num_facts] == index.facts
-    assert grown.grag is None
-    main(["grag-build", str(out)])  # the GRAG build through the front door
-    assert "communities" in capsys.readouterr().out and Index.load(out).grag is not None
-
-
-def test_index_with_grag_parts_then_eval_grag(tmp_path, capsys):
+def test_index_builtin_with_grag_parts_eval_grag_then_add_and_rebuild(tmp_path, capsys):
+    """One built-in index through the front door: index (with GRAG parts), eval grag, add (which
+    drops the GRAG parts), grag-build."""
     from hpengine.graph import builtin_questions_path
 
     out = tmp_path / "idx"
     main(["index", f"corpus={builtin_corpus_path()}", f"out={out}", "encoder.dtype=float32", "grag.build=true"])
-    assert "grag: " in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "index written to" in printed and "facts" in printed and "peak RSS" in printed and "grag: " in printed
     index = Index.load(out)
+    assert index.num_passages == 40 and index.num_facts > 40
+    assert index.meta["build_report"]["seconds"].keys() >= {"extract", "embed", "synonyms", "structure"}
     assert index.grag is not None and index.grag.num_triples > 50 and index.grag.num_summaries >= 2
     report = index.meta["build_report"]["grag"]
     assert report["triples"] == index.grag.num_triples and "communities" in report["seconds"]
@@ -58,6 +44,16 @@ def test_index_with_grag_parts_then_eval_grag(tmp_path, capsys):
           "encoder.dtype=float32"])
     records = json.loads(run.read_text())["records"]
     assert len(records) == 12 and all(r["retrieved"] and r["notes"] for r in records)
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"title": "Zzyzx Station", "text": "Zzyzx Station is a train stop in Orland."}) + "\n")
+    main(["add", f"corpus={extra}", f"out={out}", "encoder.dtype=float32"])
+    grown = Index.load(out)
+    assert grown.num_passages == 41
+    assert grown.facts[: index.num_facts] == index.facts
+    assert grown.grag is None
+    capsys.readouterr()
+    main(["grag-build", str(out)])  # the GRAG build through the front door
+    assert "communities" in capsys.readouterr().out and Index.load(out).grag is not None
 
 
 def test_misspelled_key_fails_at_compose(tmp_path, capsys):
