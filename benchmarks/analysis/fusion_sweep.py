@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from _harness import result_path, write_json  # noqa: E402
 
 MEMBERS = ("hyperprove", "ppr", "dense")
-#: (rule, rrf_k, weights for MEMBERS, lead_passages)
+#: (rule, rrf_k, weights for MEMBERS, lead_passages[, lead member (default dense)])
 GRID = [
     ("lead_then_fill", 1.0, (1, 1, 1), 1),  # the default
     ("lead_then_fill", 1.0, (1, 2, 1), 1),
@@ -45,6 +45,13 @@ GRID = [
     ("score", 1.0, (1, 1, 0), 1),
     ("score", 1.0, (1, 2, 1), 1),
     ("score", 1.0, (2, 1, 1), 1),
+    ("lead_then_fill", 1.0, (1, 1, 0), 1, "ppr"),
+    ("lead_then_fill", 1.0, (1, 1, 0), 2, "ppr"),
+    ("lead_then_fill", 1.0, (1, 1, 0), 1, "hyperprove"),
+    ("lead_then_fill", 1.0, (1, 1, 0), 2, "hyperprove"),
+    ("lead_then_fill", 1.0, (1, 1, 1), 1, "ppr"),
+    ("lead_then_fill", 1.0, (1, 1, 1), 2, "ppr"),
+    ("lead_then_fill", 1.0, (1, 1, 1), 2, "hyperprove"),
 ]
 
 
@@ -80,12 +87,13 @@ def member_outputs(engine, questions, batch_size: int) -> list:
     return batches
 
 
-def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_passages: int) -> torch.Tensor:
+def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_passages: int,
+             lead: str = "dense") -> torch.Tensor:
     """``[Q, passage_width]`` fused ids of every batch with this candidate (the method's ``_fuse``)."""
     fusion = engine.retriever
     members = dict(fusion.members)
     fusion.config = dataclasses.replace(fusion.config, rule=rule, rrf_k=rrf_k, weights=list(weights),
-                                        lead_passages=lead_passages)
+                                        lead_passages=lead_passages, lead=lead)
     fusion.members = {n: (members[n][0], w) for n, w in zip(MEMBERS, weights) if w > 0}
     try:
         out = []
@@ -134,15 +142,17 @@ def main(argv=None) -> int:
         ranked = torch.cat([torch.nn.functional.pad(o[name].ranked, (0, 10 - o[name].ranked.shape[1]), value=-1)
                             for o, _ in batches])
         report["members"][name] = recalls(index, questions, ranked)
-    for rule, k, weights, lead in GRID:
+    for rule, k, weights, lead_passages, *lead in GRID:
+        lead = lead[0] if lead else "dense"
         start = time.perf_counter()
-        fused = fuse_all(engine, batches, rule, k, weights, lead)
-        row = {"rule": rule, "rrf_k": k, "weights": list(weights), "lead_passages": lead,
+        fused = fuse_all(engine, batches, rule, k, weights, lead_passages, lead)
+        row = {"rule": rule, "rrf_k": k, "weights": list(weights), "lead_passages": lead_passages, "lead": lead,
                **recalls(index, questions, fused), "fuse_seconds": round(time.perf_counter() - start, 3)}
         report["grid"].append(row)
     best = args.verify if args.verify >= 0 else max(range(len(GRID)), key=lambda i: report["grid"][i]["recall@5"])
-    rule, k, weights, lead = GRID[best]
-    cfg = FusionConfig(members=list(MEMBERS), rule=rule, rrf_k=k, weights=list(weights), lead_passages=lead)
+    rule, k, weights, lead_passages, *lead = GRID[best]
+    cfg = FusionConfig(members=list(MEMBERS), rule=rule, rrf_k=k, weights=list(weights), lead_passages=lead_passages,
+                       lead=lead[0] if lead else "dense")
     res = evaluate(Engine(index, encoder, RetrievalConfig(), cfg), questions, EvalConfig(batch_size=args.batch_size),
                    progress=False)
     report["verified"] = {"row": best, "recall@2": res["recall@2"], "recall@5": res["recall@5"],
@@ -150,13 +160,14 @@ def main(argv=None) -> int:
                           "equal_to_sweep": (res["recall@2"], res["recall@5"]) ==
                           (report["grid"][best]["recall@2"], report["grid"][best]["recall@5"])}
     lines = [f"{args.index}: {len(questions)} questions; members run once in {members_s:.1f} s",
-             "| run | rule | k | weights (hp, ppr, dense) | R@2 | R@5 |", "|---|---|---:|---|---:|---:|"]
+             "| run | rule | k | weights (hp, ppr, dense) | lead | R@2 | R@5 |", "|---|---|---:|---|---|---:|---:|"]
     for name, r in report["members"].items():
-        lines.append(f"| {name} alone | | | | {r['recall@2']:.4f} | {r['recall@5']:.4f} |")
+        lines.append(f"| {name} alone | | | | | {r['recall@2']:.4f} | {r['recall@5']:.4f} |")
     for i, row in enumerate(report["grid"]):
         mark = " (default)" if i == 0 else ""
+        lead = f"{row['lead']} × {row['lead_passages']}" if row["rule"] == "lead_then_fill" else ""
         lines.append(f"| fusion{mark} | {row['rule']} | {row['rrf_k']:g} | {', '.join(map(str, row['weights']))} | "
-                     f"{row['recall@2']:.4f} | {row['recall@5']:.4f} |")
+                     f"{lead} | {row['recall@2']:.4f} | {row['recall@5']:.4f} |")
     v = report["verified"]
     lines.append(f"end to end (row {best}): R@2 {v['recall@2']:.4f} R@5 {v['recall@5']:.4f}, "
                  f"{v['questions_per_second']:.1f} q/s; equal to the sweep: {v['equal_to_sweep']}")
