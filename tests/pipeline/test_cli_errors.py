@@ -31,13 +31,6 @@ QUESTIONS = [{"id": "q1", "question": "Where was the director of Solo born?", "a
 FAST = ["encoder.dtype=float32"]
 
 
-def cli(*args, cwd, env=None, timeout=240):
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    full_env.pop("HPENGINE_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "hpengine.pipeline.cli", *map(str, args)], cwd=cwd,
-                          env={**full_env, **(env or {})}, capture_output=True, text=True, timeout=timeout)
-
-
 def checksum(folder) -> dict:
     """sha256 of every file under ``folder`` and of the names beside it (leftovers show up)."""
     out = {}
@@ -237,12 +230,18 @@ def cli_many(jobs: dict, timeout=240) -> dict:
 
 @pytest.fixture(scope="module")
 def process_runs(built, tmp_path_factory):
-    """SUBPROCESS_CASES as real processes, started together: ``{name: (folder, before, run)}``."""
+    """SUBPROCESS_CASES and the debug traceback as real processes, started together:
+    ``{name: (folder, before, run)}`` (``"<debug>"``: ``add`` without corpus= under HPENGINE_DEBUG=1)."""
     root = tmp_path_factory.mktemp("processes")
     folders = {name: copy_work(built, root / str(i)) for i, name in enumerate(SUBPROCESS_CASES)}
     before = {name: checksum(w / "idx") for name, w in folders.items()}
-    runs = cli_many({name: ([a.format(w=w) for a in CASES[name][0]], w, None) for name, w in folders.items()})
-    return {name: (folders[name], before[name], runs[name]) for name in SUBPROCESS_CASES}
+    jobs = {name: ([a.format(w=w) for a in CASES[name][0]], w, None) for name, w in folders.items()}
+    debug = copy_work(built, root / "debug")
+    jobs["<debug>"] = (["add", f"out={debug / 'idx'}"], debug, {"HPENGINE_DEBUG": "1"})
+    runs = cli_many(jobs)
+    out = {name: (folders[name], before[name], runs[name]) for name in SUBPROCESS_CASES}
+    out["<debug>"] = (debug, None, runs["<debug>"])
+    return out
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)
@@ -335,8 +334,8 @@ def test_corrupted_index_is_refused_naming_the_file(work, corrupt):
         assert checksum(idx) == before
 
 
-def test_debug_shows_the_traceback(work):
-    run = cli("add", f"out={work / 'idx'}", cwd=work, env={"HPENGINE_DEBUG": "1"})
+def test_debug_shows_the_traceback(work, process_runs):
+    run = process_runs["<debug>"][2]  # `hpengine add` without corpus= under HPENGINE_DEBUG=1, a real process
     assert run.returncode != 0 and "Traceback" in run.stderr and "UserError" in run.stderr
     run = cli_in_process("add", f"out={work / 'idx'}", "debug=true")  # the error escapes the front door
     assert run.returncode != 0 and "Traceback" in run.stderr and "UserError" in run.stderr
