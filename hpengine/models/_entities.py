@@ -24,7 +24,7 @@ _SPACES = re.compile(r"\s+")
 
 @dataclass
 class ExtractedFact:
-    """One atomic fact (a hyperedge, SPEC §1.2) extracted from one passage.
+    """One atomic fact (a hyperedge, docs/methods/index.md#facts-and-entities) extracted from one passage.
 
     Attributes:
         text: a standalone declarative sentence.

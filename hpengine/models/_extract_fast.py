@@ -1,4 +1,5 @@
-"""Fast atomic-fact extractor (SPEC §1, "Fast extractor"): spaCy sentences + NER, no LLM.
+"""Fast atomic-fact extractor (docs/extraction.md#fast-extractor-fastextractor-kind-fast): spaCy
+sentences + NER, no LLM.
 
 One fact per sentence, made standalone with the passage title:
 
