@@ -1,6 +1,6 @@
 """Synthetic hypergraphs for tests and benchmarks (fixed seeds, CPU generator, any device).
 
-Both generators return ``(fact_entity [2, nnz], fact_passage [H], num_entities, num_passages)``,
+Every generator returns ``(fact_entity [2, nnz], fact_passage [H], num_entities, num_passages)``,
 the arguments of :meth:`hpengine.HyperGraph.from_incidence`.
 """
 from __future__ import annotations
@@ -39,6 +39,31 @@ def random_hypergraph(seed: int, num_facts: int = 40, num_entities: int = 15, nu
     return fe.to(device), fp.to(device), num_entities, num_passages
 
 
+def _check_shape_args(num_facts: int, facts_per_passage: float, zipf_exponent: float) -> None:
+    if num_facts < 1:
+        raise ValueError(f"num_facts must be >= 1 (got {num_facts})")
+    if facts_per_passage < 1 or zipf_exponent <= 0:
+        raise ValueError(f"facts_per_passage must be >= 1 and zipf_exponent > 0 "
+                         f"(got {facts_per_passage}, {zipf_exponent})")
+
+
+def _passage_runs(num_facts: int, facts_per_passage: float, g: torch.Generator) -> tuple[Tensor, int]:
+    """``(fact_passage [H], P)``: passages as consecutive runs of ``1 + Poisson(facts_per_passage - 1)`` facts."""
+    sizes = 1 + torch.poisson(torch.full((num_facts,), facts_per_passage - 1.0), generator=g).long()
+    ends = torch.cumsum(sizes, 0)
+    num_passages = int(torch.searchsorted(ends, torch.tensor(num_facts), right=False)) + 1
+    return torch.searchsorted(ends[:num_passages], torch.arange(num_facts), right=True), num_passages
+
+
+def _zipf_entities(pool: int, count: int, zipf_exponent: float, g: torch.Generator) -> Tensor:
+    """``[count]`` entity ids in ``[0, pool)`` drawn with weights ``(a + 1) ** -zipf_exponent``, then
+    relabelled by a random permutation (hub ids are not all small: keeps sort orders honest)."""
+    weights = torch.arange(1, pool + 1, dtype=torch.float64).pow(-zipf_exponent)
+    ents = torch.multinomial(weights, count, replacement=True, generator=g) if count \
+        else torch.zeros(0, dtype=torch.long)
+    return torch.randperm(pool, generator=g)[ents]
+
+
 def power_law_hypergraph(num_facts: int, *, seed: int = 0, facts_per_passage: float = 6.0,
                          entities_per_fact: float = 2.0, entity_ratio: float = 0.3, zipf_exponent: float = 0.7,
                          title_prob: float = 0.6, device="cpu") -> tuple[Tensor, Tensor, int, int]:
@@ -69,17 +94,9 @@ def power_law_hypergraph(num_facts: int, *, seed: int = 0, facts_per_passage: fl
     Shapes:
         returns ``([2, nnz], [H], V, P)``.
     """
-    if num_facts < 1:
-        raise ValueError(f"num_facts must be >= 1 (got {num_facts})")
-    if facts_per_passage < 1 or zipf_exponent <= 0:
-        raise ValueError(f"facts_per_passage must be >= 1 and zipf_exponent > 0 "
-                         f"(got {facts_per_passage}, {zipf_exponent})")
+    _check_shape_args(num_facts, facts_per_passage, zipf_exponent)
     g = torch.Generator().manual_seed(seed)
-    # passages: consecutive runs of facts
-    sizes = 1 + torch.poisson(torch.full((num_facts,), facts_per_passage - 1.0), generator=g).long()
-    ends = torch.cumsum(sizes, 0)
-    num_passages = int(torch.searchsorted(ends, torch.tensor(num_facts), right=False)) + 1
-    fact_passage = torch.searchsorted(ends[:num_passages], torch.arange(num_facts), right=True)
+    fact_passage, num_passages = _passage_runs(num_facts, facts_per_passage, g)
     # title mentions
     has_title = torch.rand(num_facts, generator=g) < title_prob
     facts_t = torch.arange(num_facts)[has_title]
@@ -88,11 +105,7 @@ def power_law_hypergraph(num_facts: int, *, seed: int = 0, facts_per_passage: fl
     pool = max(1, int(math.ceil(entity_ratio * num_facts)))
     counts = torch.poisson(torch.full((num_facts,), float(entities_per_fact)), generator=g).long()
     facts_p = torch.repeat_interleave(torch.arange(num_facts), counts)
-    weights = torch.arange(1, pool + 1, dtype=torch.float64).pow(-zipf_exponent)
-    ents = torch.multinomial(weights, facts_p.numel(), replacement=True, generator=g) if facts_p.numel() \
-        else torch.zeros(0, dtype=torch.long)
-    # random relabelling so hub ids are not all small (keeps sort orders honest)
-    ents = torch.randperm(pool, generator=g)[ents] + num_passages
+    ents = _zipf_entities(pool, facts_p.numel(), zipf_exponent, g) + num_passages
     fact_entity = torch.cat([title_pairs, torch.stack([facts_p, ents])], dim=1)
     return fact_entity.to(device), fact_passage.to(device), num_passages + pool, num_passages
 
@@ -121,23 +134,15 @@ def zipf_fact_hypergraph(num_facts: int, *, seed: int = 0, max_entities: int = 4
         >>> int(torch.bincount(fe[0], minlength=1000).max()) <= 4, v
         (True, 300)
     """
-    if num_facts < 1 or max_entities < 0:
-        raise ValueError(f"num_facts must be >= 1 and max_entities >= 0 (got {num_facts}, {max_entities})")
-    if facts_per_passage < 1 or zipf_exponent <= 0:
-        raise ValueError(f"facts_per_passage must be >= 1 and zipf_exponent > 0 "
-                         f"(got {facts_per_passage}, {zipf_exponent})")
+    _check_shape_args(num_facts, facts_per_passage, zipf_exponent)
+    if max_entities < 0:
+        raise ValueError(f"max_entities must be >= 0 (got {max_entities})")
     g = torch.Generator().manual_seed(seed)
-    sizes = 1 + torch.poisson(torch.full((num_facts,), facts_per_passage - 1.0), generator=g).long()
-    ends = torch.cumsum(sizes, 0)
-    num_passages = int(torch.searchsorted(ends, torch.tensor(num_facts), right=False)) + 1
-    fact_passage = torch.searchsorted(ends[:num_passages], torch.arange(num_facts), right=True)
+    fact_passage, num_passages = _passage_runs(num_facts, facts_per_passage, g)
     pool = max(1, int(math.ceil(entity_ratio * num_facts)))
     counts = torch.randint(0, max_entities + 1, (num_facts,), generator=g)
     facts = torch.repeat_interleave(torch.arange(num_facts), counts)
-    weights = torch.arange(1, pool + 1, dtype=torch.float64).pow(-zipf_exponent)
-    ents = torch.multinomial(weights, facts.numel(), replacement=True, generator=g) if facts.numel() \
-        else torch.zeros(0, dtype=torch.long)
-    ents = torch.randperm(pool, generator=g)[ents]  # hub ids spread over the range
+    ents = _zipf_entities(pool, facts.numel(), zipf_exponent, g)
     pairs = torch.unique(facts * pool + ents)  # sorted by fact, duplicates collapsed
     fact_entity = torch.stack([pairs // pool, pairs % pool])
     return fact_entity.to(device), fact_passage.to(device), pool, num_passages
