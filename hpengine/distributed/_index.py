@@ -149,4 +149,3 @@ def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True
         index, report = out
         report["distributed"] = {"world_size": world, "backend": str(dist.get_backend()), "per_rank": per_rank}
         return index, report
-

@@ -68,9 +68,8 @@ class QASteps:
         return self._fact_index
 
     def passage_index(self):
-        """The :class:`~hpengine.retrieval.DenseIndex` over passage embeddings (built once), for an
-        approximate passage search (``retrieval.seed_backend``: ``faiss_ivf``, or ``auto`` from
-        ``approximate_min_keys`` passages on)."""
+        """The :class:`~hpengine.retrieval.DenseIndex` over passage embeddings (built once; its
+        backend resolved from ``retrieval.seed_backend`` and the number of passages)."""
         if self._passage_index is None:
             from hpengine.retrieval import DenseIndex
 
@@ -84,18 +83,17 @@ class QASteps:
     def dense_passages_scored(self, query_emb: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Top-``k`` passages by cosine: float32 cosines and int64 ids, ``[Q, min(k, P)]`` each.
 
-        Exact (:func:`~hpengine.retrieval.dense_topk`) unless ``retrieval.seed_backend`` resolves
-        to ``faiss_ivf`` for this many passages: then :meth:`passage_index` (``-1`` padded where
-        IVF finds fewer than ``k``)."""
-        from hpengine.retrieval import dense_topk, resolve_backend
+        Exact (:func:`~hpengine.retrieval.dense_topk` on the stored embeddings) unless
+        :meth:`passage_index` resolved to ``faiss_ivf``: then its search (``-1`` padded where IVF
+        finds fewer than ``k``)."""
+        from hpengine.retrieval import dense_topk
 
         if self.index.passage_emb is None:
             empty = query_emb.new_full((query_emb.shape[0], 0), -1, dtype=torch.int64)
             return empty.float(), empty
         k = min(k, self.index.num_passages)
-        r = self.retrieval
         with self.timer.stage("dense"):
-            if resolve_backend(r.seed_backend, self.index.num_passages, r.approximate_min_keys) == "faiss_ivf":
+            if self.passage_index().backend == "faiss_ivf":
                 return self.passage_index().search(query_emb, k)
             return dense_topk(query_emb, self.index.passage_emb, k)
 

@@ -216,8 +216,8 @@ def cli_many(jobs: dict, timeout=240) -> dict:
     run two of them in the time of one): ``{key: (args, cwd, env)}`` -> ``{key: CompletedProcess}``."""
     procs = {}
     for key, (args, cwd, env) in jobs.items():
-        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-        full_env.pop("HPENGINE_DEBUG", None)
+        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        full_env.pop("HPENGINE_DEBUG", None)  # only the jobs that ask for it
         full_env.update(env or {})
         procs[key] = (subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", *map(str, args)], cwd=cwd,
                                        env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), args)
