@@ -5,6 +5,13 @@ with a tiny random LLM: the before/after check of a behaviour-preserving change.
     PYTHONPATH=.            python benchmarks/analysis/dump_records.py --index IDX --questions Q.json --out new.json
     python benchmarks/analysis/dump_records.py --compare old.json new.json
 
+The same records on two devices (``--device cuda``), compared with a tolerance on the floats
+(scores sum in another order there) and exactly on everything else:
+
+    python benchmarks/analysis/dump_records.py --index IDX --questions Q.json --device cpu --out cpu.json
+    python benchmarks/analysis/dump_records.py --index IDX --questions Q.json --device cuda --out cuda.json
+    python benchmarks/analysis/dump_records.py --compare cpu.json cuda.json --atol 1e-4
+
 The tiny LLM is a 2-layer Qwen2 with random weights over a tokenizer trained on the index's
 passages (``hpengine.testing``): its outputs are nonsense, but every LLM-mode code path runs and
 is deterministic, so the records must match exactly.
@@ -30,12 +37,14 @@ def dump(args) -> None:
     from hpengine.testing._tiny_lm import build_tiny_pair
 
     torch.set_num_threads(args.threads)
-    index = Index.load(args.index)
-    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    index = Index.load(args.index, device=args.device)
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype,
+                                                             device=args.device))
     questions = load_questions(args.questions)
     texts = [q.question for q in (questions[: args.max] if args.max else questions)]
     model, tok = build_tiny_pair([p.text for p in index.passages[:300]] + texts[:200], vocab_size=320,
                                  initializer_range=0.5)
+    model = model.to(args.device)
     out = {}
     for method in args.methods:
         for mode in ("nollm", "tiny"):
@@ -51,7 +60,18 @@ def dump(args) -> None:
         json.dump(out, f, default=str)
 
 
-def compare(old_path: str, new_path: str) -> int:
+def _close(a, b, atol: float) -> bool:
+    """``a == b``, except that floats may differ by ``atol`` (0: exact)."""
+    if isinstance(a, float) and isinstance(b, (int, float)) and atol:
+        return abs(a - b) <= atol
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], atol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, atol) for x, y in zip(a, b))
+    return a == b
+
+
+def compare(old_path: str, new_path: str, atol: float = 0.0) -> int:
     with open(old_path, encoding="utf-8") as f:
         old = json.load(f)
     with open(new_path, encoding="utf-8") as f:
@@ -59,12 +79,16 @@ def compare(old_path: str, new_path: str) -> int:
     differing = 0
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
-        same = a == b
+        same = _close(a, b, atol)
         differing += not same
         print(f"{key:<20} {len(a or []):>5} questions  {'identical' if same else 'DIFFERENT'}")
         if not same and a and b:
-            first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y) if len(a) == len(b) else 0
+            first = next(i for i, (x, y) in enumerate(zip(a, b)) if not _close(x, y, atol)) if len(a) == len(b) else 0
             print(f"  first difference at question {first}")
+            if len(a) == len(b):
+                x, y = a[first], b[first]
+                fields = [k for k in x if not _close(x.get(k), y.get(k), atol)] if isinstance(x, dict) else []
+                print(f"  fields that differ there: {fields}")
     return 1 if differing else 0
 
 
@@ -79,10 +103,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--encoder-dtype", default="float32",
                     help="the query encoder's dtype, named (the default 'auto' of newer checkouts resolves by CPU)")
+    ap.add_argument("--device", default="cpu", help="where the index, the query encoder, the tiny LLM and retrieval run")
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
+    ap.add_argument("--atol", type=float, default=0.0, help="--compare: floats may differ by this much")
     args = ap.parse_args()
     if args.compare:
-        return compare(*args.compare)
+        return compare(*args.compare, atol=args.atol)
     if not (args.index and args.questions and args.out):
         ap.error("--index, --questions and --out are needed (or --compare OLD NEW)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,20 +1,25 @@
 #!/bin/bash
-# The CUDA checks in one run, sized for a short lease of one GPU (about 6-8 minutes):
+# The CUDA checks in one run, sized for a short lease of one GPU (at most about 8 minutes):
 #   1. every test parametrised over devices (CUDA equals CPU) in the op, module and synonym tests;
-#   2. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios).
-# Needs torch with CUDA, numpy, safetensors, tqdm, networkx, scipy, pytest and hypothesis; hpengine
-# runs from the working tree (no install). Results go to OUT_DIR (logs and benchmark JSON) and the
-# benchmark JSON to benchmarks/results/gpu_checks_*.json.
+#   2. every method end to end on CUDA against the same run on CPU: the built-in corpus indexed
+#      with a random 2-layer BERT (benchmarks/e2e/gpu_fixture.py, prepared on a CPU machine with
+#      the full install), no LLM and a tiny random LLM, records compared with a float tolerance;
+#   3. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios).
+# Needs torch with CUDA, transformers, tokenizers, numpy, safetensors, tqdm, networkx, scipy, pytest,
+# hypothesis, hydra-core and omegaconf; hpengine runs from the working tree (no install). Logs,
+# records and benchmark JSON go to OUT_DIR (the JSON also to benchmarks/results/gpu_checks_*.json).
 #
-#   bash benchmarks/e2e/gpu_checks.sh OUT_DIR
+#   python benchmarks/e2e/gpu_fixture.py .gpu          # once, on the CPU machine
+#   bash benchmarks/e2e/gpu_checks.sh OUT_DIR [FIXTURE_DIR]
 #
 # Each step has its own time limit, so one slow step does not cost the others.
 set -u
 out=${1:-gpu_checks_out}
+fixture=${2:-.gpu}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 py=${PYTHON:-python3}
 
 $py - <<'EOF' 2>&1 | tee "$out/env.txt"
@@ -22,24 +27,39 @@ import sys
 import torch
 if not torch.cuda.is_available():
     sys.exit(f"gpu_checks: torch {torch.__version__} sees no CUDA device; run this on a machine with a GPU")
-print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name(0))
+print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name(0),
+      "bf16", torch.cuda.is_bf16_supported())
 EOF
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
 # 1. CUDA equals CPU: the parametrised tests whose id names the cuda device
-timeout 240 $py -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" -k "cuda" \
+timeout 170 $py -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" -k "cuda" \
   tests/retrieval tests/sparse tests/nn tests/graph/test_synonyms.py tests/eval/test_metrics.py \
   tests/models/test_sampling_devices.py \
   2>&1 | tee "$out/tests_cuda.log"
 echo "tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
 
-# 2. the op benchmarks on cuda, then our op on CPU at the same sizes (no peers: they are CPU
-#    libraries measured on this project's machine, benchmarks/README.md)
-for dev in cuda cpu; do
-  timeout 150 $py benchmarks/ops/bench_ppr.py --device "$dev" --sizes 100000 1000000 --queries 1 64 1024 \
-    --no-baselines --label "gpu_checks_ppr_$dev" 2>&1 | tee "$out/bench_ppr_$dev.log"
-  timeout 150 $py benchmarks/ops/bench_hop.py --device "$dev" --sizes 100000 1000000 --queries 1 64 1024 \
-    --no-baselines --label "gpu_checks_hop_$dev" 2>&1 | tee "$out/bench_hop_$dev.log"
+# 2. every method end to end, CPU then CUDA, on the prepared index
+if [ -d "$fixture/index" ]; then
+  for dev in cpu cuda; do
+    timeout 60 $py benchmarks/analysis/dump_records.py --index "$fixture/index" \
+      --questions hpengine/data/builtin_questions.json --methods dense hyperprove ppr grag fusion \
+      --device "$dev" --threads 8 --out "$out/records_$dev.json" 2>&1 | grep -v "Loading weights" \
+      | tee "$out/records_$dev.log"
+  done
+  $py benchmarks/analysis/dump_records.py --compare "$out/records_cpu.json" "$out/records_cuda.json" \
+    --atol 1e-4 2>&1 | tee "$out/records_compare.txt"
+else
+  echo "no $fixture/index: run benchmarks/e2e/gpu_fixture.py $fixture on a CPU machine first" | tee -a "$out/env.txt"
+fi
+
+# 3. the op benchmarks on cuda (100k and 1M facts), then our op on CPU at 100k (no peers: they are
+#    CPU libraries measured on this project's machine, benchmarks/README.md)
+for bench in ppr hop; do
+  timeout 75 $py benchmarks/ops/bench_$bench.py --device cuda --sizes 100000 1000000 --queries 1 64 1024 \
+    --no-baselines --label "gpu_checks_${bench}_cuda" 2>&1 | tee "$out/bench_${bench}_cuda.log"
+  timeout 50 $py benchmarks/ops/bench_$bench.py --device cpu --sizes 100000 --queries 1 64 1024 \
+    --no-baselines --label "gpu_checks_${bench}_cpu" 2>&1 | tee "$out/bench_${bench}_cpu.log"
 done
 cp benchmarks/results/gpu_checks_*.json "$out/" 2>/dev/null
 ls -la "$out"
