@@ -42,6 +42,7 @@ def dump(args) -> None:
                                                              device=args.device))
     questions = load_questions(args.questions)
     texts = [q.question for q in (questions[: args.max] if args.max else questions)]
+    _record_or_replay_mentions(args, texts)
     model, tok = build_tiny_pair([p.text for p in index.passages[:300]] + texts[:200], vocab_size=320,
                                  initializer_range=0.5)
     model = model.to(args.device)
@@ -58,6 +59,23 @@ def dump(args) -> None:
             print(f"{method} {mode}: {len(preds)} questions, {time.time() - start:.1f} s", flush=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(out, f, default=str)
+
+
+def _record_or_replay_mentions(args, texts: list) -> None:
+    """``--save-mentions``: write the questions' spaCy mentions; ``--mentions``: serve those instead
+    of spaCy (for a machine without it), through the name the retrievers load the tagger by."""
+    if args.save_mentions:
+        from hpengine.models import MentionTagger
+
+        with open(args.save_mentions, "w", encoding="utf-8") as f:
+            json.dump(dict(zip(texts, MentionTagger().mentions(texts))), f)
+    if args.mentions:
+        import hpengine.models
+        from hpengine.testing._fakes import TableTagger
+
+        with open(args.mentions, encoding="utf-8") as f:
+            table = json.load(f)
+        hpengine.models.MentionTagger = lambda *_args, **_kwargs: TableTagger(table)
 
 
 def _close(a, b, atol: float) -> bool:
@@ -104,6 +122,8 @@ def main() -> int:
     ap.add_argument("--encoder-dtype", default="float32",
                     help="the query encoder's dtype, named (the default 'auto' of newer checkouts resolves by CPU)")
     ap.add_argument("--device", default="cpu", help="where the index, the query encoder, the tiny LLM and retrieval run")
+    ap.add_argument("--save-mentions", metavar="FILE", help="write the questions' spaCy mentions to FILE")
+    ap.add_argument("--mentions", metavar="FILE", help="serve the mentions of FILE instead of spaCy's")
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"))
     ap.add_argument("--atol", type=float, default=0.0, help="--compare: floats may differ by this much")
     args = ap.parse_args()

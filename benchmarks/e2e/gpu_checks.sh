@@ -44,7 +44,7 @@ if [ -d "$fixture/index" ]; then
   for dev in cpu cuda; do
     timeout 60 $py benchmarks/analysis/dump_records.py --index "$fixture/index" \
       --questions hpengine/data/builtin_questions.json --methods dense hyperprove ppr grag fusion \
-      --device "$dev" --threads 8 --out "$out/records_$dev.json" 2>&1 | grep -v "Loading weights" \
+      --device "$dev" --threads 8 --mentions "$fixture/mentions.json" --out "$out/records_$dev.json" 2>&1 | grep -v "Loading weights" \
       | tee "$out/records_$dev.log"
   done
   $py benchmarks/analysis/dump_records.py --compare "$out/records_cpu.json" "$out/records_cuda.json" \

@@ -1,9 +1,10 @@
 """Prepare, on a CPU machine with the full install, what ``gpu_checks.sh`` needs to run every method
 end to end on a GPU machine that has neither spaCy nor the packaged models: a random 2-layer BERT
 encoder on the MiniLM vocabulary, and the built-in corpus indexed with it (fast extractor, GRAG
-parts included).
+parts included), and the spaCy mentions of its questions (the GPU machine serves them in place of
+spaCy to the methods that link question mentions).
 
-    python benchmarks/e2e/gpu_fixture.py DIR      # writes DIR/encoder and DIR/index
+    python benchmarks/e2e/gpu_fixture.py DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json
 
 Give DIR as a path relative to the repository root: the index records its encoder by that path,
 so a copy of the repository that holds DIR finds it there too.
@@ -39,12 +40,16 @@ def main() -> int:
         ap.error(f"give the folder relative to the repository root (got {args.dir})")
     build_encoder(out / "encoder")
     index = out / "index"
-    from hpengine.graph import builtin_corpus_path
+    from hpengine.graph import builtin_corpus_path, builtin_questions_path
 
     cli = [sys.executable, "-m", "hpengine"]
     subprocess.run(cli + ["index", f"corpus={builtin_corpus_path()}", f"out={index}", f"encoder.name_or_path={out / 'encoder'}",
                           "encoder.dtype=float32"], check=True)
     subprocess.run(cli + ["grag-build", str(index)], check=True)
+    subprocess.run([sys.executable, "benchmarks/analysis/dump_records.py", "--index", str(index),
+                    "--questions", str(builtin_questions_path()), "--methods", "dense",
+                    "--save-mentions", str(out / "mentions.json"), "--out", str(out / "records_cpu.json")],
+                   check=True)
     return 0
 
 

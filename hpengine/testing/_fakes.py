@@ -52,3 +52,17 @@ class ListExtractor:
 
         self.seen_titles.extend(p.title for p in passages)
         return [[ExtractedFact(text, list(ents)) for text, ents in self.table.get(p.title, [])] for p in passages]
+
+
+class TableTagger:
+    """A :class:`~hpengine.models.MentionTagger` stand-in serving recorded mentions (``text ->
+    [mention]``), for machines without spaCy; a text it has no record of is an error."""
+
+    def __init__(self, table: dict):
+        self.table = table
+
+    def mentions(self, texts: list) -> list:
+        missing = [t for t in texts if t not in self.table]
+        if missing:
+            raise KeyError(f"no recorded mentions for {missing[0]!r}")
+        return [list(self.table[t]) for t in texts]
