@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpengine.config import EvalConfig, EvalJobConfig, IndexConfig
+from hpengine.config import EncoderConfig, EvalConfig, EvalJobConfig, IndexConfig
 from hpengine.distributed import shard_batches, strip_timing
 from hpengine.distributed._index import _share
 from hpengine.graph import Index, builtin_corpus_path, builtin_questions_path
@@ -20,6 +20,12 @@ from hpengine.jobs import run_eval, run_index
 from hpengine.pipeline import get_retriever
 
 HPENGINE = shutil.which("hpengine") or str(Path(sys.executable).with_name("hpengine"))
+
+
+# Questions are encoded in float32 in both runs: the ranks run one thread each, and a bfloat16
+# matrix product (encoder.dtype=auto on CPUs with native bfloat16) sums in an order that depends on
+# the thread count, which would move scores in their last digits.
+QUERY_ENCODER = EncoderConfig(name_or_path="", dtype="float32")
 
 
 def torchrun(*args, env=None, nproc=2):
@@ -51,9 +57,10 @@ def test_two_ranks_write_what_one_process_writes(one_process, retriever):
     root, _ = one_process
     single, double = root / f"{retriever}_1.json", root / f"{retriever}_2.json"
     args = [f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=5",
-            f"retriever={retriever}"]
+            f"retriever={retriever}", "encoder.dtype=float32"]
     run_eval(EvalJobConfig(index=str(root / "idx1"), questions=str(builtin_questions_path()), output=str(single),
-                           engine=get_retriever(retriever).config_class(), eval=EvalConfig(batch_size=5)),
+                           engine=get_retriever(retriever).config_class(), eval=EvalConfig(batch_size=5),
+                           encoder=QUERY_ENCODER),
              progress=False)
     run = torchrun("eval", *args, f"output={double}")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -74,9 +81,9 @@ def test_killed_torchrun_eval_resumes_from_its_checkpoint(one_process):
     root, _ = one_process
     ckpt, out = root / "ckpt" / "run.jsonl", root / "resumed.json"
     single = run_eval(EvalJobConfig(index=str(root / "idx1"), questions=str(builtin_questions_path()),
-                                    eval=EvalConfig(batch_size=2)), progress=False)
+                                    eval=EvalConfig(batch_size=2), encoder=QUERY_ENCODER), progress=False)
     args = [f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=2",
-            f"eval.checkpoint={ckpt}", f"output={out}"]
+            f"eval.checkpoint={ckpt}", f"output={out}", "encoder.dtype=float32"]
     killed = torchrun("eval", *args, env={"HPENGINE_TEST_FAIL_RANK": "1:1"})
     # a failing rank fails the run, every rank reports it, and no output (or temporary) is written
     assert killed.returncode != 0
@@ -203,11 +210,13 @@ def test_llm_mode_two_ranks_equal_one_process(one_process):
     folder = root / "tiny_lm"
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    llm = ["model.dtype=float32", "model.max_new_tokens_decompose=12", "model.max_new_tokens_read=6"]
+    llm = ["model.dtype=float32", "model.max_new_tokens_decompose=12", "model.max_new_tokens_read=6",
+           "encoder.dtype=float32"]
     single, double = root / "llm_1.json", root / "llm_2.json"
     run_eval(EvalJobConfig(index=str(root / "idx1"), questions=str(builtin_questions_path()), output=str(single),
                            model=ModelConfig(llm=str(folder), dtype="float32", max_new_tokens_decompose=12,
-                                             max_new_tokens_read=6), eval=EvalConfig(batch_size=5)), progress=False)
+                                             max_new_tokens_read=6), eval=EvalConfig(batch_size=5),
+                           encoder=QUERY_ENCODER), progress=False)
     run = torchrun("eval", f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=5",
                    f"model.llm={folder}", *llm, f"output={double}")
     assert run.returncode == 0, run.stderr[-3000:]
