@@ -143,12 +143,16 @@ class IndexConfig:
     graph: GraphConfig = field(default_factory=GraphConfig)
     grag: GragBuildConfig = field(default_factory=GragBuildConfig)  # GRAG-MH's parts, with grag.build=true
     lock_timeout: float = 60.0  # seconds to wait while another process writes the same index
+    # passages per shard of the streaming build: each shard is extracted, embedded and written before
+    # the next, and a killed build resumes from its last finished shard (0: the whole corpus in one piece)
+    shard_size: int = 20_000
 
     def __post_init__(self):
         _check_finite(self, "")
         if not self.out:
             raise ValueError("out must name the index folder (got '')")
         _check_range("lock_timeout", self.lock_timeout, 0.0, 7 * 24 * 3600.0)
+        _check_range("shard_size", self.shard_size, 0, 10_000_000)  # a larger shard is a whole corpus in memory
 
 
 @dataclass

@@ -7,7 +7,13 @@ its share of the encoder's own batches of each list of texts (facts, entity name
 facts, entities and embeddings as one process (bit-identical: same padded batches; sharding texts
 instead changed bf16 results by ~1e-3, enough to flip synonym pairs near the threshold); synonyms
 and incidence are then built identically on every rank (no collectives) and only rank 0 saves
-(atomic, as :meth:`~hpengine.graph.Index.save`).
+(atomic, as :meth:`~hpengine.graph.Index.save`). That is the build with ``shard_size=0``.
+
+The streaming build (``shard_size`` > 0, the default; :func:`_run_index_streaming`) shares shards
+instead: rank ``r`` extracts and embeds shards ``k`` with ``k % R == r`` into the index's build
+folder, no embedding crosses between ranks, and rank 0, which holds the writer lock for the whole
+job, merges the shards from disk and saves. A killed run resumes from the finished shards, with
+any number of ranks.
 """
 from __future__ import annotations
 
@@ -128,10 +134,10 @@ def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True
         dist = _dist()
         rank, world = dist.get_rank(), dist.get_world_size()
         if cfg.extractor.kind == "llm":
-            from pathlib import Path
-
             base = cfg.extractor.cache_dir or str(IndexStore(cfg.out).extract_cache)
             cfg.extractor.cache_dir = os.path.join(base, f"rank{rank}of{world}")
+        if cfg.shard_size:
+            return _run_index_streaming(cfg, rank, world, overwrite, progress)
         wrapped = {}
 
         def wrap(extractor, encoder):
@@ -149,3 +155,58 @@ def run_index_distributed(cfg, *, overwrite: bool = False, progress: bool = True
         index, report = out
         report["distributed"] = {"world_size": world, "backend": str(dist.get_backend()), "per_rank": per_rank}
         return index, report
+
+
+def _run_index_streaming(cfg, rank: int, world: int, overwrite: bool, progress: bool):
+    """The streaming build over the ranks; rank 0 returns ``(index, report)``, the others None.
+    Every step is one :func:`_exchange`, so an error on any rank stops every rank with it."""
+    import contextlib
+
+    from hpengine.errors import OutputExistsError
+    from hpengine.jobs import build_from_corpus, check_output_dir, load_index_corpus, make_models
+
+    state = {}
+    with contextlib.ExitStack() as stack:
+        def open_store():
+            state["loaded"] = load_index_corpus(cfg, "index")
+            if rank != 0:
+                return None
+            check_output_dir(cfg.out, overwrite=overwrite)
+            writer = stack.enter_context(IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine index"))
+            if writer.previous is not None and not overwrite:
+                raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
+                                        f"overwrite=true to replace it")
+            state["writer"] = writer
+            return str(writer.build_folder())
+
+        folder = _exchange(open_store)[0]
+
+        def my_shards():
+            start = time.perf_counter()
+            state["models"] = make_models(cfg)
+            ran = build_from_corpus(cfg, state["loaded"], cfg.corpus, progress and rank == 0, None, shard_folder=folder,
+                         my_shards=lambda pending: [k for k in pending if k % world == rank], merge=False,
+                         models=state["models"])
+            return {"rank": rank, "shards_run": len(ran), "shard_seconds": round(time.perf_counter() - start, 3),
+                    "peak_rss_mb": round(peak_rss_mb(), 1)}
+
+        per_rank = _exchange(my_shards)
+
+        def merge():
+            if rank != 0:
+                return None
+            index, report = build_from_corpus(cfg, state["loaded"], cfg.corpus, progress, None, shard_folder=folder,
+                                   my_shards=lambda pending: [], models=state["models"])
+            report["shards_run"] = sum(r["shards_run"] for r in per_rank)  # the ranks ran them, not this call
+            report["resumed_shards"] = report["shards"] - report["shards_run"]
+            report["distributed"] = {"world_size": world, "backend": str(_dist().get_backend()),
+                                     "per_rank": per_rank}
+            index.save(cfg.out, writer=state["writer"])
+            state["writer"].discard_build()
+            state["built"] = index, report
+            return None
+
+        _exchange(merge)
+    if rank != 0:
+        return None
+    return state["built"]

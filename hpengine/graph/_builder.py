@@ -130,13 +130,7 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
     Returns:
         ``(new_index, report)``.
     """
-    graph_cfg = graph_cfg or GraphConfig()
-    eta = graph_cfg.synonym_threshold
-    if eta is None and index is not None:
-        eta = index.meta.get("synonym_threshold")
-    if eta is None:  # the encoder's scale (duck-typed encoders without one: MiniLM's)
-        eta = getattr(encoder, "synonym_threshold", EncoderConfig.synonym_threshold)
-    graph_cfg = dataclasses.replace(graph_cfg, synonym_threshold=float(eta))
+    graph_cfg = _resolve_eta(graph_cfg, index, encoder)
     timer = StageTimer(device)
     if index is not None:
         if encoder.name != index.meta.get("encoder"):
@@ -148,15 +142,7 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
             embed_passages = index.passage_emb is not None
     device = torch.device(device if device is not None else "cpu")
     embed_passages = True if embed_passages is None else embed_passages
-    known = set() if index is None else {(p.title, p.text) for p in index.passages}
-    fresh, skipped = [], 0
-    for p in passages:
-        if (p.title, p.text) in known:
-            skipped += 1
-            continue
-        known.add((p.title, p.text))
-        fresh.append(p)
-
+    fresh, skipped = _fresh_passages(index, passages)
     old_p = 0 if index is None else index.num_passages
     old_h = 0 if index is None else index.num_facts
     old_v = 0 if index is None else index.num_entities
@@ -170,10 +156,50 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
         entity_emb = _encode(encoder, asm.new_entities, progress, device)
         passage_emb = (_encode(encoder, [f"{p.title}\n{p.text}" for p in fresh], progress, device)
                        if embed_passages else None)
+    return _combine(index, fresh, skipped, asm, (fact_emb, entity_emb, passage_emb), encoder=encoder,
+                    extractor=extractor, graph_cfg=graph_cfg, timer=timer, device=device, meta=meta)
+
+
+def _resolve_eta(graph_cfg: GraphConfig | None, index, encoder) -> GraphConfig:
+    """``graph_cfg`` with η set: its own, else the index's, else the encoder's scale (duck-typed
+    encoders without one: MiniLM's)."""
+    graph_cfg = graph_cfg or GraphConfig()
+    eta = graph_cfg.synonym_threshold
+    if eta is None and index is not None:
+        eta = index.meta.get("synonym_threshold")
+    if eta is None:
+        eta = getattr(encoder, "synonym_threshold", EncoderConfig.synonym_threshold)
+    return dataclasses.replace(graph_cfg, synonym_threshold=float(eta))
+
+
+def _fresh_passages(index: Index | None, passages: list) -> tuple:
+    """``(passages not yet in index and not repeated, count skipped)``; equal means same title and text."""
+    known = set() if index is None else {(p.title, p.text) for p in index.passages}
+    fresh, skipped = [], 0
+    for p in passages:
+        if (p.title, p.text) in known:
+            skipped += 1
+            continue
+        known.add((p.title, p.text))
+        fresh.append(p)
+    return fresh, skipped
+
+
+def _combine(index: Index | None, fresh: list, skipped: int, asm: _Assembled, embeddings: tuple, *, encoder,
+             extractor, graph_cfg: GraphConfig, timer: StageTimer, device, meta: dict | None):
+    """The index with ``fresh`` passages appended (their facts and new entities numbered in
+    ``asm``, ``embeddings = (fact_emb, new entity_emb, passage_emb or None)`` of them): synonyms
+    of the new entities against all, the raw incidence, the encoder's record and the structure.
+
+    Returns:
+        ``(new_index, report)``.
+    """
+    fact_emb, entity_emb, passage_emb = embeddings
+    old_v = 0 if index is None else index.num_entities
     if index is not None:
         fact_emb = torch.cat([index.fact_emb, fact_emb.to(index.fact_emb.dtype)])
         entity_emb = torch.cat([index.entity_emb, entity_emb.to(index.entity_emb.dtype)])
-        if embed_passages:
+        if passage_emb is not None:
             passage_emb = torch.cat([index.passage_emb, passage_emb.to(index.passage_emb.dtype)])
     with timer.stage("synonyms"):
         names = ([] if index is None else index.entities) + asm.new_entities
@@ -206,6 +232,73 @@ def add_passages(index: Index | None, passages: list, *, extractor, encoder, gra
     stats = getattr(extractor, "stats", None)
     if stats:
         report["extractor"] = dict(stats)
+    return new_index, report
+
+
+def build_index_sharded(passages: list, *, extractor, encoder, shard_folder, shard_size: int,
+                        graph_cfg: GraphConfig | None = None, embed_passages: bool = True, device="cpu",
+                        progress: bool = False, meta: dict | None = None, settings: dict | None = None,
+                        my_shards=None, merge: bool = True):
+    """:func:`build_index` streamed through shards of ``shard_size`` passages
+    (docs/scale.md#streaming-build): each shard is extracted, its facts and passages embedded and
+    written to ``shard_folder`` (:class:`~hpengine.graph._shards.ShardFolder`), so the work in flight
+    is one shard's; shards finished by an earlier run of the same build are not redone. The merge
+    then numbers facts and entities in passage order, embeds the entity names and builds synonyms
+    and structure as :func:`build_index` does. With one shard (``shard_size`` at least the passages)
+    every encoder call sees the texts :func:`build_index` gives it: the same index.
+
+    Args:
+        shard_folder: the build folder (a path).
+        settings: what else changes a shard's contents (extractor and encoder settings); with the
+            passages it makes the build's fingerprint.
+        my_shards: ``list[int] -> list[int]``, the pending shards this process runs (a torchrun
+            rank's share); every shard must be done before the merge.
+        merge: False: only write this process's shards and return their numbers (a torchrun
+            rank's share; one of them then merges).
+
+    Returns:
+        ``(index, report)``; the report adds ``shards``, ``resumed_shards`` (finished before this
+        call) and ``shards_run`` (by this call).
+    """
+    from hpengine.graph._shards import ShardFolder, build_fingerprint, gather_rows, shard_ranges
+
+    graph_cfg = _resolve_eta(graph_cfg, None, encoder)
+    device = torch.device(device)
+    timer = StageTimer(device)
+    fresh, skipped = _fresh_passages(None, passages)
+    spans = shard_ranges(len(fresh), shard_size)
+    settings = {"encoder": encoder.name, "embed_passages": embed_passages, **(settings or {})}
+    folder = ShardFolder(shard_folder, build_fingerprint(fresh, settings), len(spans))
+    finished = set(folder.done())
+    pending = [k for k in range(len(spans)) if k not in finished]
+    mine = my_shards(pending) if my_shards is not None else pending
+    for k in mine:
+        lo, hi = spans[k]
+        with timer.stage("extract"):
+            extracted = extractor.extract(fresh[lo:hi], progress=progress)
+        with timer.stage("embed"):
+            fact_emb = _encode(encoder, [f.text for facts in extracted for f in facts], progress, "cpu")
+            passage_emb = (_encode(encoder, [f"{p.title}\n{p.text}" for p in fresh[lo:hi]], progress, "cpu")
+                           if embed_passages else None)
+        folder.write(k, (lo, hi), extracted, fact_emb, passage_emb)
+        del extracted, fact_emb, passage_emb
+    if not merge:
+        return mine
+    missing = sorted(set(range(len(spans))) - set(folder.done()))
+    if missing:
+        raise RuntimeError(f"shards {missing[:5]} of {folder.folder} are not written; cannot merge")
+    asm = _assemble([facts for k in range(len(spans)) for facts in folder.read_facts(k)], 0, 0, {}, 0)
+    with timer.stage("embed"):
+        entity_emb = _encode(encoder, asm.new_entities, progress, device)
+    with timer.stage("merge"):
+        fact_emb = gather_rows((folder.read_tensors(k)["fact_emb"] for k in range(len(spans))), len(asm.facts), device)
+        passage_emb = (gather_rows((folder.read_tensors(k)["passage_emb"] for k in range(len(spans))), len(fresh), device)
+                       if embed_passages else None)
+    if fact_emb is None:
+        fact_emb = entity_emb.new_zeros((0, entity_emb.shape[1]))
+    new_index, report = _combine(None, fresh, skipped, asm, (fact_emb, entity_emb, passage_emb), encoder=encoder,
+                                 extractor=extractor, graph_cfg=graph_cfg, timer=timer, device=device, meta=meta)
+    report.update(shards=len(spans), resumed_shards=len(finished), shards_run=len(mine))
     return new_index, report
 
 

@@ -11,6 +11,9 @@ Layout of an index folder ``DIR`` (format 2)::
     DIR/.hpengine-store     the store token: random hex written when the store is created
     DIR/.hpengine.lock      the writer lock (``fcntl.flock``); holds who has it (pid, command, time)
     DIR/.tmp-<hex>/         a generation being written (owner marker inside)
+    DIR/.build/             the shards of a streaming build in progress (owner marker inside); kept
+                            when a build is killed, so the next build of the same corpus resumes,
+                            and removed once the build commits
 
 Format 1 (before generations) kept the data files beside ``index.json``; it still loads, and the
 first write to it commits a format-2 generation and removes the format-1 data files.
@@ -52,6 +55,7 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MANIFEST = "index.json"
 TOKEN_FILE = ".hpengine-store"
+BUILD_FOLDER = ".build"
 LOCK_FILE = ".hpengine.lock"
 OWNER_FILE = ".hpengine-owner"
 #: the data files every generation holds; GRAG-MH's parts are optional
@@ -62,7 +66,8 @@ DEFAULT_LOCK_TIMEOUT = 60.0
 #: how often a reader starts again when writers keep committing under it
 _READ_ATTEMPTS = 64
 #: test hook: ``HPENGINE_TEST_KILL_AT=<point>`` makes a writer SIGKILL its own process there
-#: (``before-commit``, ``after-commit``), so the kill -9 tests hit each window
+#: (``before-commit``, ``after-commit``, ``after-shard``: a streaming build's first shard written),
+#: so the kill -9 tests hit each window
 _KILL_ENV = "HPENGINE_TEST_KILL_AT"
 
 
@@ -388,6 +393,21 @@ class StoreWriter:
     def previous(self) -> Generation | None:
         """The generation committed when the lock was taken (None for a new index)."""
         return self._previous
+
+    def build_folder(self) -> Path:
+        """``DIR/.build``, owner-marked: the shards of a streaming build (created when missing)."""
+        folder = self.store.path / BUILD_FOLDER
+        if folder.is_symlink() or (folder.exists() and _read_owner(folder) != self.token):
+            raise UserError(f"{folder} is not this index's build folder; move it away and build again")
+        folder.mkdir(exist_ok=True)
+        (folder / OWNER_FILE).write_text(self.token, encoding="ascii")
+        return folder
+
+    def discard_build(self) -> None:
+        """Remove the build folder (after the build it holds committed)."""
+        folder = self.store.path / BUILD_FOLDER
+        if folder.is_dir() and not folder.is_symlink() and _read_owner(folder) == self.token:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def new_folder(self) -> Path:
         """A fresh, owner-marked folder inside ``DIR`` to write a generation's files into."""

@@ -26,7 +26,7 @@ from hpengine.jobs._eval import (
 )
 from hpengine.jobs._grag_build import build_grag, format_grag_report, run_grag_build
 from hpengine.jobs._edit import format_edit_report, run_delete, run_update
-from hpengine.jobs._index import format_report, run_add, run_index
+from hpengine.jobs._index import build_from_corpus, format_report, load_index_corpus, make_models, run_add, run_index
 from hpengine.jobs._paths import (
     check_index_dir,
     check_output_dir,
@@ -40,6 +40,7 @@ __all__ = [
     "EvalCheckpoint",
     "REPORT_USAGE",
     "answer_batch",
+    "build_from_corpus",
     "build_grag",
     "check_checkpoint_path",
     "check_index_dir",
@@ -54,7 +55,9 @@ __all__ = [
     "format_prediction",
     "format_report",
     "hop_diagnostics",
+    "load_index_corpus",
     "make_engine",
+    "make_models",
     "parse_report_args",
     "path_stats",
     "prediction_from_json",

@@ -7,7 +7,7 @@ import dataclasses
 from hpengine.config import EditJobConfig, EncoderConfig
 from hpengine.errors import UserError
 from hpengine.graph import Index, IndexStore, delete_passages, load_corpus, update_passages
-from hpengine.jobs._index import format_report
+from hpengine.jobs._index import _EXTRACTOR_RUNTIME, format_report
 from hpengine.jobs._paths import check_index_dir, check_writable
 from hpengine.pipeline import encoder_for_index, make_extractor
 
@@ -24,10 +24,6 @@ class _OnFirstUse:
         if self._model is None:
             self._model = self._make()
         return getattr(self._model, name)
-
-
-#: extractor settings that do not change what it extracts: this run's
-_EXTRACTOR_RUNTIME = ("device", "cache_dir", "n_process", "spacy_batch_size", "llm_batch_size")
 
 
 def _models(cfg: EditJobConfig, meta: dict) -> dict:

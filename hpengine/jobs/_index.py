@@ -7,12 +7,18 @@ from pathlib import Path
 
 from hpengine.config import IndexConfig
 from hpengine.errors import OutputExistsError, UserError
-from hpengine.graph import Index, IndexStore, add_passages, build_index, load_corpus
+from hpengine.graph import Index, IndexStore, add_passages, build_index, build_index_sharded, load_corpus
 from hpengine.jobs._paths import check_index_dir, check_output_dir, check_writable
 from hpengine.pipeline import make_encoder, make_extractor
 
 
-def _load_nonempty_corpus(cfg: IndexConfig, command: str):
+#: extractor settings that do not change what it extracts: this run's
+_EXTRACTOR_RUNTIME = ("device", "cache_dir", "n_process", "spacy_batch_size", "llm_batch_size")
+#: encoder settings that do not change its embeddings
+_ENCODER_RUNTIME = ("device", "local_files_only")
+
+
+def load_index_corpus(cfg: IndexConfig, command: str):
     if not cfg.corpus:
         raise UserError(f"{command} needs corpus=PATH (a JSON list or JSONL of {{title, text}}, CSV, Parquet); "
                         f"the built-in demo corpus is for `hpengine demo` (got no corpus=)")
@@ -45,29 +51,59 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
     """
     check_output_dir(cfg.out, overwrite=overwrite)
     corpus_path = cfg.corpus
-    loaded = _load_nonempty_corpus(cfg, "index")
+    loaded = load_index_corpus(cfg, "index")
     if save is not None:  # a torchrun build: rank 0 saves (under the lock), every rank hears how it went
-        index, report = _build(cfg, loaded, corpus_path, progress, wrap)
+        index, report = build_from_corpus(cfg, loaded, corpus_path, progress, wrap)
         save(index)
         return index, report
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine index") as writer:
         if writer.previous is not None and not overwrite:  # another process committed one meanwhile
             raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
                                     f"overwrite=true to replace it")
-        index, report = _build(cfg, loaded, corpus_path, progress, wrap)
+        index, report = build_from_corpus(cfg, loaded, corpus_path, progress, wrap,
+                               shard_folder=writer.build_folder() if cfg.shard_size else None)
         index.save(cfg.out, writer=writer)
+        writer.discard_build()
     return index, report
 
 
-def _build(cfg: IndexConfig, loaded, corpus_path: str, progress: bool, wrap):
+def shard_settings(cfg: IndexConfig, encoder) -> dict:
+    """What, besides the passages, changes what a shard of the streaming build holds: the
+    extractor's and encoder's settings (not where or how fast they run) and the encoder's dtype."""
+    extractor = {k: v for k, v in dataclasses.asdict(cfg.extractor).items() if k not in _EXTRACTOR_RUNTIME}
+    enc = {k: v for k, v in dataclasses.asdict(cfg.encoder).items() if k not in _ENCODER_RUNTIME}
+    model = getattr(encoder, "model", None)
+    return {"extractor": extractor, "encoder_config": enc, "encoder_dtype": str(getattr(model, "dtype", ""))}
+
+
+def make_models(cfg: IndexConfig) -> tuple:
+    """``(extractor, encoder)`` of an index build."""
+    return make_extractor(cfg.extractor, IndexStore(cfg.out)), make_encoder(cfg.encoder)
+
+
+def build_from_corpus(cfg: IndexConfig, loaded, corpus_path: str, progress: bool, wrap, shard_folder=None, my_shards=None,
+           merge: bool = True, models=None):
+    """The index of ``loaded``'s passages, with GRAG-MH's parts when configured: streamed through
+    ``shard_folder`` when given (``my_shards`` and ``merge`` as :func:`build_index_sharded`'s;
+    with ``merge`` False, the shards this call ran), else in one piece. ``models``: ``(extractor, encoder)`` already
+    made (else :func:`make_models`)."""
     store = IndexStore(cfg.out)
-    extractor = make_extractor(cfg.extractor, store)
-    encoder = make_encoder(cfg.encoder)
+    extractor, encoder = models if models is not None else make_models(cfg)
     if wrap is not None:  # a torchrun build (distributed/_index.py): rank-sharded extractor and encoder
         extractor, encoder = wrap(extractor, encoder)
     meta = {"build_config": dataclasses.asdict(cfg), "corpus": corpus_path}
-    index, report = build_index(loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
-                                embed_passages=cfg.embed_passages, device=cfg.device, progress=progress, meta=meta)
+    if shard_folder is not None:
+        built = build_index_sharded(loaded.passages, extractor=extractor, encoder=encoder, shard_folder=shard_folder,
+                                    shard_size=cfg.shard_size, graph_cfg=cfg.graph, embed_passages=cfg.embed_passages,
+                                    device=cfg.device, progress=progress, meta=meta,
+                                    settings=shard_settings(cfg, encoder), my_shards=my_shards, merge=merge)
+        if not merge:
+            return built
+        index, report = built
+    else:
+        index, report = build_index(loaded.passages, extractor=extractor, encoder=encoder, graph_cfg=cfg.graph,
+                                    embed_passages=cfg.embed_passages, device=cfg.device, progress=progress,
+                                    meta=meta)
     report = {"corpus": corpus_path, "corpus_report": loaded.report, **report}
     if cfg.grag.build:  # GRAG-MH's parts (triples, communities, summary nodes) saved with the index
         from hpengine.jobs._grag_build import build_grag
@@ -86,7 +122,7 @@ def run_add(cfg: IndexConfig, *, progress: bool = True):
             before any model loads.
     """
     check_index_dir(cfg.out, "out")
-    loaded = _load_nonempty_corpus(cfg, "add")
+    loaded = load_index_corpus(cfg, "add")
     check_writable(cfg.out, "out")
     encoder = make_encoder(cfg.encoder)
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine add") as writer:

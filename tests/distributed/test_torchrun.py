@@ -111,20 +111,33 @@ def test_killed_torchrun_eval_resumes_from_its_checkpoint(one_process):
     assert json.dumps(again["records"]) == json.dumps(single["records"])
 
 
-def test_two_rank_index_build_equals_one_process(one_process):
-    root, single = one_process
-    run = torchrun("index", f"corpus={builtin_corpus_path()}", f"out={root / 'idx2'}")
+@pytest.mark.parametrize("shard_size", [10, pytest.param(0, marks=pytest.mark.slow)])
+def test_two_rank_index_build_equals_one_process(one_process, shard_size):
+    """shard_size=10: the ranks extract and embed shards 0, 2 | 1, 3 into the build folder and rank
+    0 merges; 0: the ranks share every encoder call and gather (the build in one piece)."""
+    root, _ = one_process
+    # float32 in both builds: bfloat16 products sum in an order that depends on the thread count
+    single, _ = run_index(IndexConfig(corpus=str(builtin_corpus_path()), out=str(root / f"idx1_{shard_size}"),
+                                      shard_size=shard_size, encoder=EncoderConfig(dtype="float32")), progress=False)
+    out = root / f"idx2_{shard_size}"
+    run = torchrun("index", f"corpus={builtin_corpus_path()}", f"out={out}", f"shard_size={shard_size}",
+                   "encoder.dtype=float32")
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("index written to") == 1
-    double = Index.load(root / "idx2")
+    double = Index.load(out)
     assert double.facts == single.facts and double.entities == single.entities
     assert [(p.title, p.text) for p in double.passages] == [(p.title, p.text) for p in single.passages]
     for name in ("fact_passage", "fact_entity_raw", "synonyms"):
         assert torch.equal(getattr(double, name), getattr(single, name)), name
     assert torch.equal(double.graph.fact_entity, single.graph.fact_entity)
     for name in ("fact_emb", "entity_emb", "passage_emb"):
-        # the ranks run the encoder's own batches (same texts, same padding): bit-identical
+        # the ranks run the encoder's own batches of each shard (same texts, same padding): bit-identical
         assert torch.equal(getattr(double, name), getattr(single, name)), name
+    if shard_size:
+        report = double.meta["build_report"]
+        assert (report["shards"], report["resumed_shards"]) == (4, 0)
+        assert sorted(r["shards_run"] for r in report["distributed"]["per_rank"]) == [2, 2]
+        assert not (out / ".build").exists()
 
 
 # ----------------------------------------------- the Python API, spawned gloo

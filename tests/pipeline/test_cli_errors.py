@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from hpengine.graph import Index
+from hpengine.graph import Index, builtin_corpus_path
 
 CORPUS = [
     {"title": "Solo (film)", "text": "Solo is a 1999 film directed by Ann Berg. It was shot in Bergen."},
@@ -385,10 +385,13 @@ def test_eval_output_is_strict_json_with_gold_warnings(work):
 
 
 KILLS = [("index", "before-commit"), ("index", "after-commit"), ("add", "before-commit"), ("add", "after-commit")]
+SHARD_KILL = ("index-shards", "after-shard")
 
 
 def _kill_args(command, work):
     idx = work / "idx"
+    if command == "index-shards":  # the built-in corpus (40 passages) in 3 shards, into a new folder
+        return ["index", f"corpus={builtin_corpus_path()}", f"out={work / 'fresh'}", "shard_size=15"]
     if command == "index":
         return ["index", f"corpus={work / 'more.jsonl'}", f"out={idx}", "overwrite=true"]
     return ["add", f"corpus={work / 'more.jsonl'}", f"out={idx}"]
@@ -399,12 +402,12 @@ def killed_runs(built, tmp_path_factory):
     """Each (command, point) of KILLS in its own copy of the index, the processes started together:
     ``{(command, point): (folder, passages before, names beside before, run)}``."""
     root = tmp_path_factory.mktemp("killed")
-    folders = {case: copy_work(built, root / f"{case[0]}-{case[1]}" / "w") for case in KILLS}
+    folders = {case: copy_work(built, root / f"{case[0]}-{case[1]}" / "w") for case in KILLS + [SHARD_KILL]}
     old = {case: Index.load(w / "idx").num_passages for case, w in folders.items()}
     beside = {case: sorted(os.listdir(w)) for case, w in folders.items()}
     runs = cli_many({case: ([*_kill_args(case[0], w), *FAST], w, {"HPENGINE_TEST_KILL_AT": case[1]})
                      for case, w in folders.items()})
-    return {case: (folders[case], old[case], beside[case], runs[case]) for case in KILLS}
+    return {case: (folders[case], old[case], beside[case], runs[case]) for case in KILLS + [SHARD_KILL]}
 
 
 @pytest.mark.parametrize("command, point", KILLS)
@@ -425,6 +428,31 @@ def test_kill_9_during_save_keeps_a_complete_index(killed_runs, command, point):
         assert Index.load(idx).num_passages == new_passages
         generations = sorted(n for n in os.listdir(idx) if n.startswith(("gen-", ".tmp-")))
         assert len(generations) == 2, generations  # the new one and the one before it
+
+
+def test_a_killed_streaming_build_resumes_from_its_finished_shard(killed_runs, tmp_path):
+    """kill -9 after the first of three shards: no index yet, the shard kept in the build folder;
+    the same command again extracts and embeds only the other two and gives the one-piece index."""
+    work, _, _, run = killed_runs[SHARD_KILL]
+    fresh = work / "fresh"
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert not (fresh / "index.json").exists()
+    assert sorted(n for n in os.listdir(fresh / ".build") if n.startswith("shard-")) == \
+        ["shard-000000.json", "shard-000000.safetensors"]
+    run = cli_in_process(*_kill_args(*SHARD_KILL[:1], work), *FAST)
+    assert run.returncode == 0, run.stderr
+    resumed = Index.load(fresh)
+    report = resumed.meta["build_report"]
+    assert (report["shards"], report["resumed_shards"]) == (3, 1)
+    assert not (fresh / ".build").exists()  # removed once the build committed
+    whole = cli_in_process("index", f"corpus={builtin_corpus_path()}", f"out={tmp_path / 'whole'}",
+                           "shard_size=0", *FAST)
+    assert whole.returncode == 0, whole.stderr
+    want = Index.load(tmp_path / "whole")
+    assert (resumed.passages, resumed.facts, resumed.entities) == (want.passages, want.facts, want.entities)
+    assert torch.equal(resumed.fact_entity_raw, want.fact_entity_raw)
+    for name in ("fact_emb", "passage_emb", "entity_emb"):  # the encoder batched other texts together
+        assert torch.allclose(getattr(resumed, name), getattr(want, name), atol=1e-5), name
 
 
 def test_kill_9_mid_work_leaves_index_unchanged(work):

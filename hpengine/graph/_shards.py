@@ -1,0 +1,145 @@
+"""The shards of a streaming index build (docs/scale.md#streaming-build).
+
+A build cuts the corpus into shards of ``shard_size`` passages. Each shard is extracted and its
+facts and passages embedded, then written to the build folder and dropped from memory, so the work
+in flight is one shard's. A shard is two files::
+
+    shard-<k>.safetensors   fact_emb [F_k, D] and passage_emb [P_k, D] (when passages are embedded)
+    shard-<k>.json          its passage range and, per passage, its facts as (text, [entity name])
+
+written in that order, each durably; the JSON is written last, so a shard whose JSON exists is
+complete. ``build.json`` holds the fingerprint of the build (the passages and the settings that
+change what a shard holds): a build started again with the same fingerprint skips the finished
+shards (a killed build resumes), with another it starts afresh. Entities are numbered when the
+shards are merged, in passage order, so the result does not depend on which shards ran when.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from hpengine.graph._store import _fsync_dir, _kill_point, read_json, write_json_durable
+
+BUILD_FORMAT = "hpengine-build"
+BUILD_VERSION = 1
+PLAN_FILE = "build.json"
+
+
+def build_fingerprint(passages: list, settings: dict) -> str:
+    """sha256 over ``settings`` (JSON, sorted keys) and every passage's title and text, in order."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for p in passages:
+        h.update(p.title.encode())
+        h.update(b"\0")
+        h.update(p.text.encode())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+def shard_ranges(num_passages: int, shard_size: int) -> list:
+    """``[(lo, hi)]`` of each shard: ``shard_size`` passages each, the last one the rest."""
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1 (got {shard_size})")
+    return [(lo, min(lo + shard_size, num_passages)) for lo in range(0, num_passages, shard_size)]
+
+
+class ShardFolder:
+    """The folder of one build's shards.
+
+    Args:
+        folder: where the shards go (created when missing).
+        fingerprint: :func:`build_fingerprint` of this build.
+        num_shards: how many shards the build has.
+    """
+
+    def __init__(self, folder: str | os.PathLike, fingerprint: str, num_shards: int):
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+        self.num_shards = num_shards
+        self.resumed = self._open()
+
+    def _plan(self) -> dict:
+        return {"format": BUILD_FORMAT, "format_version": BUILD_VERSION, "fingerprint": self.fingerprint,
+                "num_shards": self.num_shards}
+
+    def _open(self) -> bool:
+        """Keep the finished shards of the same build; start afresh otherwise. Returns whether
+        finished shards were kept."""
+        plan_path = self.folder / PLAN_FILE
+        if plan_path.is_file():
+            try:
+                same = read_json(plan_path) == self._plan()
+            except Exception:  # an unreadable plan is a plan of no build: start afresh
+                same = False
+            if same:
+                return bool(self.done())
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for entry in self.folder.iterdir():
+            if entry.name.startswith("shard-") and entry.is_file():
+                entry.unlink()
+        write_json_durable(plan_path, self._plan())
+        _fsync_dir(self.folder)
+        return False
+
+    def _paths(self, k: int) -> tuple:
+        return self.folder / f"shard-{k:06d}.safetensors", self.folder / f"shard-{k:06d}.json"
+
+    def done(self) -> list:
+        """The shards whose files are complete, in order."""
+        return [k for k in range(self.num_shards) if self._paths(k)[1].is_file()]
+
+    def write(self, k: int, span: tuple, extracted: list, fact_emb: Tensor, passage_emb: Tensor | None) -> None:
+        """Write shard ``k``: passages ``span = (lo, hi)``, ``extracted`` their facts (one list of
+        ``ExtractedFact`` per passage).
+
+        Shapes:
+            fact_emb ``[F_k, D]`` (the shard's facts in passage order), passage_emb ``[hi - lo, D]``.
+        """
+        tensors_path, json_path = self._paths(k)
+        tensors = {"fact_emb": fact_emb.detach().cpu().contiguous()}
+        if passage_emb is not None:
+            tensors["passage_emb"] = passage_emb.detach().cpu().contiguous()
+        tmp = tensors_path.with_name(tensors_path.name + ".tmp")
+        save_file(tensors, str(tmp))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, tensors_path)
+        write_json_durable(json_path, {"shard": k, "passages": list(span),
+                                       "facts": [[[f.text, list(f.entities)] for f in facts] for facts in extracted]})
+        _fsync_dir(self.folder)
+        _kill_point("after-shard")
+
+    def read_facts(self, k: int) -> list:
+        """Shard ``k``'s facts: one list of ``ExtractedFact`` per passage."""
+        from hpengine.models import ExtractedFact
+
+        return [[ExtractedFact(text, list(names)) for text, names in facts]
+                for facts in read_json(self._paths(k)[1])["facts"]]
+
+    def read_tensors(self, k: int) -> dict:
+        """Shard ``k``'s embeddings (``fact_emb``, and ``passage_emb`` when written)."""
+        return load_file(str(self._paths(k)[0]))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def gather_rows(parts, total: int, device) -> Tensor | None:
+    """Stack row blocks into one preallocated ``[total, D]`` tensor (peak: the result and one
+    block), or None when there are no blocks."""
+    out, row = None, 0
+    for block in parts:
+        if out is None:
+            out = torch.empty(total, block.shape[1], dtype=block.dtype, device=device)
+        out[row:row + len(block)] = block.to(device)
+        row += len(block)
+    if out is not None and row != total:
+        raise RuntimeError(f"shards hold {row} rows, expected {total}")
+    return out

@@ -1,0 +1,121 @@
+"""The streaming build: shards of any size give the index of one build; a build stopped after some
+shards resumes from the last finished one (the finished shards are neither extracted nor embedded
+again); another corpus or setting starts afresh."""
+import random
+
+import pytest
+import torch
+
+from hpengine.graph import build_index
+from hpengine.graph import build_index_sharded
+from hpengine.graph._shards import ShardFolder, build_fingerprint, gather_rows, shard_ranges
+from hpengine.testing._fakes import HashingEncoder
+
+from test_edit import CFG, TextExtractor, _random_table, assert_same_index
+
+
+class StopAfter(TextExtractor):
+    """Extracts ``limit`` calls (shards), then fails as a killed process would stop."""
+
+    def __init__(self, table, limit):
+        super().__init__(table)
+        self.limit = limit
+
+    def extract(self, passages, progress=False):
+        if self.limit == 0:
+            raise KeyboardInterrupt("stopped")
+        self.limit -= 1
+        return super().extract(passages, progress)
+
+
+
+
+def corpus(seed=0, n=23):
+    return _random_table(random.Random(seed), n, 12)
+
+
+def sharded(passages, table, folder, shard_size, extractor=None, encoder=None, **kw):
+    return build_index_sharded(passages, extractor=extractor or TextExtractor(table), encoder=encoder or HashingEncoder(),
+                               shard_folder=folder, shard_size=shard_size, graph_cfg=CFG, **kw)
+
+
+@pytest.mark.parametrize("shard_size", [1, 4, 7, 23, 100])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_any_shard_size_gives_the_one_build_index(tmp_path, shard_size, seed):
+    passages, table = corpus(seed)
+    want, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)
+    got, report = sharded(passages, table, tmp_path / "b", shard_size)
+    assert_same_index(got, want)
+    assert report["shards"] == -(-len(passages) // shard_size) and report["resumed_shards"] == 0
+
+
+def test_without_passage_embeddings(tmp_path):
+    passages, table = corpus()
+    want, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG,
+                          embed_passages=False)
+    got, _ = sharded(passages, table, tmp_path / "b", 5, embed_passages=False)
+    assert got.passage_emb is None
+    assert_same_index(got, want)
+
+
+def test_a_stopped_build_resumes_from_its_last_finished_shard(tmp_path):
+    passages, table = corpus(n=23)
+    want, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)
+    with pytest.raises(KeyboardInterrupt):
+        sharded(passages, table, tmp_path / "b", 5, extractor=StopAfter(table, 2))
+    assert ShardFolder(tmp_path / "b", _fingerprint(passages), 5).done() == [0, 1]
+    extractor, encoder = TextExtractor(table), HashingEncoder()
+    got, report = sharded(passages, table, tmp_path / "b", 5, extractor=extractor, encoder=encoder)
+    assert_same_index(got, want)
+    assert report["resumed_shards"] == 2
+    assert extractor.seen == [p.title for p in passages[10:]]  # shards 2, 3, 4 only
+    # embedded: the facts and passages of shards 2-4, then every entity name once
+    facts_left = sum(len(table[p.text]) for p in passages[10:])
+    assert encoder.texts_encoded == facts_left + len(passages[10:]) + len(got.entities)
+
+
+def _fingerprint(passages):
+    return build_fingerprint(passages, {"encoder": HashingEncoder().name, "embed_passages": True})
+
+
+def test_another_corpus_or_setting_starts_afresh(tmp_path):
+    passages, table = corpus(n=12)
+    with pytest.raises(KeyboardInterrupt):
+        sharded(passages, table, tmp_path / "b", 4, extractor=StopAfter(table, 2))
+    # another corpus: every shard runs again
+    other = passages[:-1]
+    extractor = TextExtractor(table)
+    got, report = sharded(other, table, tmp_path / "b", 4, extractor=extractor)
+    assert report["resumed_shards"] == 0 and extractor.seen == [p.title for p in other]
+    # another encoder over the same corpus: afresh too
+    extractor = TextExtractor(table)
+    _, report = sharded(other, table, tmp_path / "b", 4, extractor=extractor, encoder=HashingEncoder(dim=32))
+    assert report["resumed_shards"] == 0 and extractor.seen == [p.title for p in other]
+    # another shard size: afresh (the shards would not line up)
+    _, report = sharded(other, table, tmp_path / "b", 3)
+    assert report["resumed_shards"] == 0
+
+
+def test_a_process_runs_its_share_and_the_merge_needs_every_shard(tmp_path):
+    """Two processes (torchrun ranks) share the shards; the merge of either sees the whole build."""
+    passages, table = corpus(n=14)
+    want, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)
+    with pytest.raises(RuntimeError, match=r"shards \[1, 3\] .* are not written"):
+        sharded(passages, table, tmp_path / "b", 4, my_shards=lambda todo: [k for k in todo if k % 2 == 0])
+    odd = TextExtractor(table)
+    got, report = sharded(passages, table, tmp_path / "b", 4, extractor=odd,
+                          my_shards=lambda todo: [k for k in todo if k % 2 == 1])
+    assert odd.seen == [p.title for p in passages[4:8] + passages[12:]]
+    assert_same_index(got, want)
+
+
+def test_helpers():
+    assert shard_ranges(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert shard_ranges(0, 4) == []
+    with pytest.raises(ValueError, match="shard_size must be >= 1"):
+        shard_ranges(3, 0)
+    blocks = [torch.arange(6.0).view(3, 2), torch.zeros(0, 2), torch.ones(1, 2)]
+    assert torch.equal(gather_rows(iter(blocks), 4, "cpu"), torch.cat(blocks))
+    assert gather_rows(iter([]), 0, "cpu") is None
+    with pytest.raises(RuntimeError, match="expected 5"):
+        gather_rows(iter(blocks), 5, "cpu")
