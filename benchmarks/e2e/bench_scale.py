@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))  # amplify_corpus
 from _harness import Record, add_common_args, finish, write_json  # noqa: E402
 
 DATASETS = ("2wikimultihopqa", "hotpotqa", "musique")
-STAGES = ("extract", "embed", "synonyms", "structure", "save")
+STAGES = ("extract", "embed", "merge", "synonyms", "structure", "save")
 WARMUP_QUESTIONS = 16
 
 
