@@ -12,10 +12,20 @@ Files of one generation (the folder layout, the writer lock and the commit are
 The expanded incidence ``A_i+ = A_i ∪ Syn(A_i)`` is derived from ``fact_entity_raw`` and
 ``synonyms`` on load (O(nnz)), so incremental adds can re-derive it exactly. On the CPU a load
 memory-maps ``tensors.safetensors`` (:mod:`hpengine.graph._mmap`; ``Index.load(mmap=...)``).
+
+A generation written by ``Index.save(append=True)`` (``hpengine add``, the GRAG build; format 3)
+extends the one before it without rewriting it: its ``texts.json`` and ``tensors.safetensors``,
+and its segments ``seg-<i>/`` (each a ``texts.json`` and ``tensors.safetensors`` of appended rows:
+passages, facts, new entities, their fact_passage and fact_entity_raw with global ids, and
+embeddings), are hard links of the previous generation's files; the new rows go in one new
+segment, and ``synonyms.safetensors`` holds the whole synonym list (it replaces the one in
+``tensors.safetensors``). A load concatenates the segments (a copy, so their number is capped:
+past ``MAX_SEGMENTS`` the next save writes the index whole again, as delete and update always do).
 """
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,11 +37,17 @@ from hpengine.errors import UserError
 from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
 from hpengine.graph._mmap import map_safetensors, read_safetensors
-from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, Generation, IndexFormatError,
+from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, SEGMENTED_VERSION, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
 from hpengine.graph._synonyms import expand_with_synonyms
 
 _META, _TEXTS, _TENSORS = MANIFEST, "texts.json", "tensors.safetensors"
+_SYNONYMS = "synonyms.safetensors"
+#: appended segments one generation may hold; the next append writes the index whole instead (a
+#: load copies a segmented index's tensors into one tensor each)
+MAX_SEGMENTS = 16
+#: manifest keys that describe a generation, not the index (not carried into Index.meta)
+_GENERATION_KEYS = ("format", "format_version", "generation", "store_token", "segments")
 _INT_TENSORS = ("fact_passage", "fact_entity_raw", "synonyms")
 _FLOAT_TENSORS = ("fact_emb", "entity_emb", "passage_emb")
 #: ``Index.load(verify="auto")`` skips the value checks of memory-mapped embeddings above this many
@@ -128,30 +144,42 @@ class Index:
         }
 
     # ------------------------------------------------------------------- I/O
-    def save(self, path: str | os.PathLike, *, writer=None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Path:
+    def save(self, path: str | os.PathLike, *, writer=None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+             append: bool = False) -> Path:
         """Commit the index as a new generation of the index folder ``path``.
 
         Args:
             writer: a :class:`~hpengine.graph.StoreWriter` of ``path`` already held (a job that
                 loads, changes and saves under one lock); default: take the lock for this save.
             lock_timeout: seconds to wait for another writer (without ``writer``).
+            append: this index extends the generation current under ``writer``: it was loaded from
+                it under the same lock and only grew (rows appended; synonyms and GRAG parts may
+                change). The new generation hard-links the files already written and writes only
+                the new rows, as one segment, and the synonyms: an add costs its own rows, not the
+                index's. A whole write instead when the previous generation records no row counts
+                (written before them, or format 1), the index is not larger in every part, or the
+                segments would pass ``MAX_SEGMENTS``.
 
         Raises:
             IndexLockedError: another process holds the lock beyond ``lock_timeout``.
         """
         if writer is None:
             with IndexStore(path).writer(timeout=lock_timeout, command="Index.save") as held:
-                return self.save(path, writer=held)
+                return self.save(path, writer=held, append=append)
         if writer.store.path != IndexStore(path).path:
             raise ValueError(f"the writer holds {writer.store.path}, not {path}")
-        meta = {k: v for k, v in self.meta.items() if k not in ("format", "format_version", "generation",
-                                                                  "store_token")}
+        meta = {k: v for k, v in self.meta.items() if k not in _GENERATION_KEYS}
         meta.update(num_facts=self.num_facts, num_entities=self.num_entities, num_passages=self.num_passages,
-                    embedding_dim=int(self.fact_emb.shape[1]))
+                    embedding_dim=int(self.fact_emb.shape[1]), nnz_raw=int(self.fact_entity_raw.shape[1]),
+                    has_passage_emb=self.passage_emb is not None)
         try:
             folder = writer.new_folder()
-            self._write_files(folder)
-            writer.commit(folder, meta)
+            segments = self._append_files(folder, writer.previous) if append else None
+            if segments is None:
+                self._write_files(folder)
+                writer.commit(folder, meta)
+            else:
+                writer.commit(folder, {**meta, "segments": segments}, version=SEGMENTED_VERSION)
         except OSError as exc:  # disk full, quota, permissions: the current generation is untouched
             raise UserError(f"{path}: cannot write the index ({exc.strerror or exc}); the index there is as it "
                             f"was") from exc
@@ -165,18 +193,43 @@ class Index:
         }
         if self.passage_emb is not None:
             tensors["passage_emb"] = self.passage_emb
-        try:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(folder / _TENSORS))
-        except OSError:
-            raise
-        except Exception as exc:  # safetensors wraps I/O errors in its own type
-            raise OSError(str(exc)) from exc
-        _fsync_file(folder / _TENSORS)
-        texts = {"passages": [{"title": p.title, "text": p.text} for p in self.passages],
-                 "facts": self.facts, "entities": self.entities}
-        write_json_durable(folder / _TEXTS, texts)
+        _save_tensors(tensors, folder / _TENSORS)
+        _write_texts(folder / _TEXTS, self.passages, self.facts, self.entities)
         if self.grag is not None:
             self.grag.save(folder)
+
+    def _append_files(self, folder: Path, previous: Generation | None) -> int | None:
+        """The files of a generation that extends ``previous`` into ``folder`` (see :meth:`save`);
+        returns its number of segments, or None when it must be written whole."""
+        if previous is None or previous.number == 0:
+            return None
+        m = previous.manifest
+        old = [m.get(k) for k in ("num_passages", "num_facts", "num_entities", "nnz_raw")]
+        new = [self.num_passages, self.num_facts, self.num_entities, int(self.fact_entity_raw.shape[1])]
+        if not all(type(c) is int for c in old) or any(b < a for a, b in zip(old, new)) \
+                or m.get("has_passage_emb") is not (self.passage_emb is not None) \
+                or m.get("embedding_dim") != int(self.fact_emb.shape[1]):
+            return None
+        kept = m.get("segments", 0) if m.get("format_version") == SEGMENTED_VERSION else 0
+        grew = new != old
+        if kept + grew > MAX_SEGMENTS:
+            return None
+        for rel in [_TEXTS, _TENSORS] + [f"{_segment(i)}/{n}" for i in range(1, kept + 1) for n in (_TEXTS, _TENSORS)]:
+            _link(previous.folder / rel, folder / rel)
+        if grew:
+            p0, h0, v0, n0 = old
+            seg = folder / _segment(kept + 1)
+            seg.mkdir()
+            tensors = {"fact_passage": self.fact_passage[h0:], "fact_entity_raw": self.fact_entity_raw[:, n0:],
+                       "fact_emb": self.fact_emb[h0:], "entity_emb": self.entity_emb[v0:]}
+            if self.passage_emb is not None:
+                tensors["passage_emb"] = self.passage_emb[p0:]
+            _save_tensors(tensors, seg / _TENSORS)
+            _write_texts(seg / _TEXTS, self.passages[p0:], self.facts[h0:], self.entities[v0:])
+        _save_tensors({"synonyms": self.synonyms}, folder / _SYNONYMS)
+        if self.grag is not None:
+            self.grag.save(folder)
+        return kept + grew
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, device="cpu", mmap: bool | None = None, verify="auto",
@@ -233,21 +286,12 @@ class Index:
         if expected_encoder is not None and meta.get("encoder") != expected_encoder:
             raise IndexFormatError(f"{path}: index was built with encoder {meta.get('encoder')!r} but "
                                    f"{expected_encoder!r} is configured; rebuild the index or configure that encoder")
-        passages, facts, entities = _read_texts(folder / _TEXTS)
         device = torch.device(device)
-        if mmap:  # views of one private mapping; copied to another device tensor by tensor
-            tensors = map_safetensors(folder / _TENSORS)
-            if device.type != "cpu":
-                tensors = {name: t.to(device) for name, t in tensors.items()}
-        elif device.type == "cpu":  # read into memory (safetensors' load_file maps the file on the CPU)
-            tensors = read_safetensors(folder / _TENSORS)
+        if meta.get("format_version") == SEGMENTED_VERSION:
+            passages, facts, entities, tensors = _read_segments(path, folder, meta, device, mmap)
         else:
-            try:
-                tensors = load_file(str(folder / _TENSORS), device=str(device))
-            except FileNotFoundError:
-                raise
-            except Exception as exc:  # safetensors raises its own error types
-                raise IndexFormatError(f"{folder / _TENSORS}: cannot read tensors ({exc})") from exc
+            passages, facts, entities = _read_texts(folder / _TEXTS)
+            tensors = _read_tensors(folder / _TENSORS, device, mmap)
         for name, t in tensors.items():
             wanted = torch.int64 if name in _INT_TENSORS else None
             if wanted is not None and t.dtype != wanted:
@@ -259,7 +303,7 @@ class Index:
             fact_passage=_need(tensors, "fact_passage", folder), fact_entity_raw=_need(tensors, "fact_entity_raw", folder),
             synonyms=_need(tensors, "synonyms", folder), fact_emb=_need(tensors, "fact_emb", folder),
             entity_emb=_need(tensors, "entity_emb", folder), passage_emb=tensors.get("passage_emb"),
-            meta={k: v for k, v in meta.items() if k not in ("format", "format_version", "generation", "store_token")},
+            meta={k: v for k, v in meta.items() if k not in _GENERATION_KEYS},
         )
         if verify == "auto":
             float_bytes = sum(t.numel() * t.element_size() for n, t in tensors.items() if n in _FLOAT_TENSORS)
@@ -333,6 +377,83 @@ class Index:
             if zeros:  # the encoder normalises every row: a zero row is damage, not data
                 raise IndexFormatError(f"{where}: tensor {name} has {zeros} all-zero rows (first: row "
                                        f"{first}); embeddings are L2-normalised, so the file is corrupt")
+
+
+def _segment(i: int) -> str:
+    return f"seg-{i:03d}"
+
+
+def _save_tensors(tensors: dict, path: Path) -> None:
+    try:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
+    except OSError:
+        raise
+    except Exception as exc:  # safetensors wraps I/O errors in its own type
+        raise OSError(str(exc)) from exc
+    _fsync_file(path)
+
+
+def _write_texts(path: Path, passages: list, facts: list, entities: list) -> None:
+    write_json_durable(path, {"passages": [{"title": p.title, "text": p.text} for p in passages],
+                              "facts": facts, "entities": entities})
+
+
+def _link(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link of the immutable file ``src`` (a copy where links are refused)."""
+    dst.parent.mkdir(exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+        _fsync_file(dst)
+
+
+def _read_tensors(path: Path, device: torch.device, mmap: bool) -> dict:
+    """The tensors of one safetensors file on ``device`` (memory-mapped with ``mmap``)."""
+    if mmap:  # views of one private mapping; copied to another device tensor by tensor
+        tensors = map_safetensors(path)
+        return tensors if device.type == "cpu" else {name: t.to(device) for name, t in tensors.items()}
+    if device.type == "cpu":  # read into memory (safetensors' load_file maps the file on the CPU)
+        return read_safetensors(path)
+    try:
+        return load_file(str(path), device=str(device))
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # safetensors raises its own error types
+        raise IndexFormatError(f"{path}: cannot read tensors ({exc})") from exc
+
+
+def _read_segments(path, folder: Path, meta: dict, device: torch.device, mmap: bool) -> tuple:
+    """``(passages, facts, entities, tensors)`` of a segmented generation: the base files, then
+    each segment's rows appended, and the synonyms of ``synonyms.safetensors``."""
+    count = meta.get("segments")
+    if type(count) is not int or not 0 <= count <= MAX_SEGMENTS:
+        raise IndexFormatError(f"{path}/{_META}: segments must be an int in [0, {MAX_SEGMENTS}] (got {count!r})")
+    parts = [folder] + [folder / _segment(i) for i in range(1, count + 1)]
+    passages, facts, entities, blocks = [], [], [], []
+    for part in parts:
+        p, f, e = _read_texts(part / _TEXTS)
+        passages += p
+        facts += f
+        entities += e
+        blocks.append(_read_tensors(part / _TENSORS, device, mmap))
+    tensors = dict(blocks[0])
+    for name in ("fact_passage", "fact_emb", "entity_emb", "passage_emb", "fact_entity_raw"):
+        pieces = [b.get(name) for b in blocks]
+        if pieces[0] is None or len(pieces) == 1:
+            continue
+        if any(t is None for t in pieces):
+            raise IndexFormatError(f"{folder}: tensor {name} is missing from a segment")
+        try:
+            tensors[name] = torch.cat(pieces, dim=1 if name == "fact_entity_raw" else 0)
+        except RuntimeError as exc:
+            raise IndexFormatError(f"{folder}: the segments' {name} do not fit together "
+                                   f"({str(exc).splitlines()[0][:120]})") from exc
+    synonyms = _read_tensors(folder / _SYNONYMS, device, mmap).get("synonyms")
+    if synonyms is None:
+        raise IndexFormatError(f"{folder / _SYNONYMS}: missing tensor 'synonyms'")
+    tensors["synonyms"] = synonyms
+    return passages, facts, entities, tensors
 
 
 def _need(tensors: dict, name: str, path: Path) -> Tensor:

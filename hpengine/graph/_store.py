@@ -51,8 +51,11 @@ from hpengine.errors import OutputExistsError, UserError
 
 FORMAT_NAME = "hpengine-index"
 FORMAT_VERSION = 2
+#: a generation that extends the one before it (``Index.save(append=True)``): its files are hard
+#: links of the previous generation's plus segments of the new rows (hpengine.graph._index)
+SEGMENTED_VERSION = 3
 #: format versions this code loads (1: data files beside index.json)
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "index.json"
 TOKEN_FILE = ".hpengine-store"
 BUILD_FOLDER = ".build"
@@ -416,7 +419,7 @@ class StoreWriter:
         (folder / OWNER_FILE).write_text(self.token, encoding="ascii")
         return folder
 
-    def commit(self, folder: Path, meta: dict) -> Generation:
+    def commit(self, folder: Path, meta: dict, version: int = FORMAT_VERSION) -> Generation:
         """Make ``folder`` (from :meth:`new_folder`, its files written and fsynced) the current
         generation, with ``meta`` in the manifest; then remove generations older than the
         previous one and the format-1 data files.
@@ -437,7 +440,7 @@ class StoreWriter:
             if not (folder / name).is_file():
                 raise RuntimeError(f"generation folder {folder} lacks {name}")
         os.rename(folder, final)
-        manifest = {**meta, "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "generation": number,
+        manifest = {**meta, "format": FORMAT_NAME, "format_version": version, "generation": number,
                     "store_token": self.token}
         tmp = path / f".{MANIFEST}.tmp-{secrets.token_hex(4)}"
         try:

@@ -154,7 +154,7 @@ def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progre
         parts, report = build_grag(index, encoder, cfg, cache_dir=str(store.grag_cache), progress=progress)
         index.grag = parts
         index.meta.pop("grag_stale", None)  # the parts of a delete / update before are rebuilt
-        index.save(index_dir, writer=writer)
+        index.save(index_dir, writer=writer, append=True)  # GRAG's files; the rest is linked
     return report
 
 

@@ -132,7 +132,7 @@ def run_add(cfg: IndexConfig, *, progress: bool = True):
                                      graph_cfg=cfg.graph, progress=progress)
         report = {"corpus": cfg.corpus, "corpus_report": loaded.report, **report}
         index.meta.setdefault("add_reports", []).append(report)
-        index.save(cfg.out, writer=writer)
+        index.save(cfg.out, writer=writer, append=True)  # the new rows only; the rest is linked
     return index, report
 
 

@@ -8,6 +8,7 @@ from hpengine.config import GraphConfig
 from hpengine.graph._builder import add_passages, build_index
 from hpengine.graph._corpus import Passage
 from hpengine.graph import FORMAT_VERSION, Index, IndexFormatError
+from hpengine.graph._store import READABLE_VERSIONS
 from hpengine.testing._fakes import HashingEncoder, ListExtractor
 
 TABLE = {
@@ -66,7 +67,7 @@ def test_load_refuses_bad_indexes(tmp_path):
     with pytest.raises(IndexFormatError, match="encoder"):
         Index.load(path, expected_encoder="another-encoder")
     meta = json.loads((path / "index.json").read_text())
-    meta["format_version"] = FORMAT_VERSION + 1
+    meta["format_version"] = max(READABLE_VERSIONS) + 1
     (path / "index.json").write_text(json.dumps(meta))
     with pytest.raises(IndexFormatError, match="format version"):
         Index.load(path)
