@@ -198,6 +198,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-q-at-1m", type=int, default=1024,
                         help="largest Q timed at H >= 1M (default 1024: Q=4096 adds ~3 minutes on a "
                              "2-core CPU and runs in the same 86-question chunks; 0: no limit)")
+    parser.add_argument("--memory-budget-mb", type=int, default=0,
+                        help="retrieval.memory_budget_mb of the batched hop (0: the config's default)")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--profile", action="store_true", help="torch.profiler table for each (H, largest Q)")
     parser.add_argument("--memory-check", action="store_true", help="only: H=100k, Q=10,000, report peak RSS")
@@ -205,7 +207,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = RetrievalConfig()
+    cfg = RetrievalConfig(**({"memory_budget_mb": args.memory_budget_mb} if args.memory_budget_mb else {}))
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}", flush=True)
 
     if args.memory_check:
