@@ -41,6 +41,7 @@ from _harness import PeakMemory, Record, add_common_args, finish, measure  # noq
 from hpengine.config import RetrievalConfig  # noqa: E402
 from hpengine.graph import HyperGraph  # noqa: E402
 from hpengine.retrieval import DenseIndex, hyperprove_hop, plan_hop  # noqa: E402
+from hpengine.retrieval._chunking import HOP_BUDGET_MB, resolve_memory_budget_mb  # noqa: E402
 from hpengine.testing._graphs import power_law_hypergraph  # noqa: E402
 
 BENCH = "hop"
@@ -142,7 +143,8 @@ def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device
     op = problem.graph.transition()
     plan = plan_hop(q, num_facts=h, num_columns=op.num_columns, subgraph_size=cfg.subgraph_size,
                     dim=problem.facts.shape[1], mean_row_nnz=op.pairs.shape[1] / h,
-                    memory_budget_mb=cfg.memory_budget_mb, query_chunk_size=cfg.query_chunk_size)
+                    memory_budget_mb=resolve_memory_budget_mb(cfg.memory_budget_mb, device, HOP_BUDGET_MB),
+                    query_chunk_size=cfg.query_chunk_size, device_type=torch.device(device).type)
     long = q >= 512
     return measure(lambda: problem.hop(q, cfg), bench=BENCH, impl="batched", case={"H": h, "Q": q}, items=q,
                    device=device, warmup=(lambda: problem.hop(min(q, 64), cfg)) if long else 1, once=long,
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
                         help="largest Q timed at H >= 1M (default 1024: Q=4096 adds ~3 minutes on a "
                              "2-core CPU and runs in the same 86-question chunks; 0: no limit)")
     parser.add_argument("--memory-budget-mb", type=int, default=0,
-                        help="retrieval.memory_budget_mb of the batched hop (0: the config's default)")
+                        help="retrieval.memory_budget_mb of the batched hop (0: the default, by device)")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--profile", action="store_true", help="torch.profiler table for each (H, largest Q)")
     parser.add_argument("--memory-check", action="store_true", help="only: H=100k, Q=10,000, report peak RSS")

@@ -153,7 +153,9 @@ class PPRConfig(EngineConfig):
     passage_reset: float = 0.3
     fact_mass: float = 1.0  # passage score = its PPR mass + this * the mass of its facts (>= 0)
     chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass (<= 1000)
-    memory_budget_mb: int = 1024  # bounds the [N, Qc] blocks of the power iteration (at most MAX_MEMORY_MB, 1 TiB)
+    # bounds the [N, Qc] blocks of the iteration, in MiB (at most MAX_MEMORY_MB, 1 TiB); 0: 1024 on the
+    # CPU, 1/8 of the free memory on CUDA
+    memory_budget_mb: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -177,7 +179,7 @@ class PPRConfig(EngineConfig):
         _check_range("engine.passage_reset", self.passage_reset, 0.0, 1.0)
         _check_range("engine.fact_mass", self.fact_mass, 0.0)
         _check_range("engine.chain_facts", self.chain_facts, 1, MAX_TOP)
-        _check_range("engine.memory_budget_mb", self.memory_budget_mb, 1, MAX_MEMORY_MB)
+        _check_range("engine.memory_budget_mb", self.memory_budget_mb, 0, MAX_MEMORY_MB)
         if not (self.use_ner or self.link_question or self.fact_seeds or self.passage_reset):
             raise ValueError("engine: ppr needs a seed source: use_ner, link_question, fact_seeds or "
                              "passage_reset (got all off)")

@@ -178,7 +178,9 @@ class RetrievalConfig:
     approximate_min_keys: int = 1_000_000  # where auto turns approximate (benchmark corpora stay exact)
     faiss_nlist: int = 1024  # IVF cells, at most MAX_CELLS = 65,536 (lowered to H / 39 for small indexes)
     faiss_nprobe: int = 128  # cells searched, at most 65,536 (lowered to the cells; 16 cost 1-2 points of R@5)
-    memory_budget_mb: int = 2048  # bounds the per-chunk working set of a hop (at most MAX_MEMORY_MB, 1 TiB)
+    # bounds the per-chunk working set of a hop, in MiB (at most MAX_MEMORY_MB, 1 TiB); 0: 2048 on the CPU,
+    # 1/8 of the free memory on CUDA
+    memory_budget_mb: int = 0
     query_chunk_size: int = 0  # 0: derive from memory_budget_mb (at most MAX_BATCH = 65,536)
 
     def __post_init__(self):
@@ -193,7 +195,7 @@ class RetrievalConfig:
         _check_range("retrieval.restart", self.restart, 0.0, 1.0)
         _check_range("retrieval.alpha", self.alpha, 0.0, 1.0)
         _check_range("retrieval.frontier_weight", self.frontier_weight, 0.0)
-        _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 1, MAX_MEMORY_MB)
+        _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 0, MAX_MEMORY_MB)
         _check_choice("retrieval.seed_backend", self.seed_backend, {"auto", "exact", "faiss_flat", "faiss_ivf"})
         _check_range("retrieval.approximate_min_keys", self.approximate_min_keys, 1, MAX_KEYS)
         _check_choice("retrieval.seed_weighting", self.seed_weighting, {"cosine", "uniform"})

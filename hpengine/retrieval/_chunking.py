@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 #: bytes of temporaries per materialised (slot, slot, column) pair in ``local_blocks``
 PAIR_BYTES = 64
 #: bytes of temporaries per incidence entry of the local subgraph in ``local_blocks``
@@ -10,6 +12,33 @@ ENTRY_BYTES = 112
 #: most join pairs per slice: 2 MB temporaries stay in cache and in the allocator's free lists
 #: (bench_hop, H = 10k, Q = 256, one CPU thread: local_blocks 2.4 ms/q unsliced, 1.2 ms/q at 2^18)
 PAIR_SLICE = 1 << 18
+
+
+#: the share of a CUDA device's free memory that a chunk may use when the budget is left to the
+#: device (0): on an H200, a 16 GiB budget ran the 1M-fact hop 1.6x faster at Q = 1,024 than the
+#: CPU's 2 GiB (docs/results.md, "First CUDA run")
+CUDA_FREE_SHARE = 0.125
+#: the budgets (MiB) on the CPU when the config leaves them to the device: a hop's chunk, a PPR chunk
+HOP_BUDGET_MB = 2048
+PPR_BUDGET_MB = 1024
+
+
+def resolve_memory_budget_mb(memory_budget_mb: int, device, cpu_default: int) -> int:
+    """The working-memory budget of one chunk in MiB: ``memory_budget_mb`` when it is set (> 0);
+    else ``cpu_default`` on the CPU, and on a CUDA device ``CUDA_FREE_SHARE`` of its free memory
+    (at least ``cpu_default``). The chunk size never changes results, only speed and peak memory.
+
+    Example:
+        >>> resolve_memory_budget_mb(0, "cpu", 2048), resolve_memory_budget_mb(512, "cuda", 2048)
+        (2048, 512)
+    """
+    if memory_budget_mb > 0:
+        return int(memory_budget_mb)
+    device = torch.device(device)
+    if device.type != "cuda":
+        return cpu_default
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(cpu_default, int(free * CUDA_FREE_SHARE) >> 20)
 
 
 @dataclass(frozen=True)

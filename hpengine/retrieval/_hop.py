@@ -12,7 +12,7 @@ from torch.profiler import record_function
 from hpengine.config import RetrievalConfig
 from hpengine.graph import HyperGraph
 from hpengine.retrieval._bfs import batched_bfs
-from hpengine.retrieval._chunking import HopPlan, plan_hop
+from hpengine.retrieval._chunking import HOP_BUDGET_MB, HopPlan, plan_hop, resolve_memory_budget_mb
 from hpengine.retrieval._dense import DenseIndex
 from hpengine.retrieval._topk import blocked_topk
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
@@ -208,7 +208,8 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
     if num_facts and num_q:
         op = graph.transition()
         plan = plan_hop(num_q, num_facts=num_facts, num_columns=op.num_columns, subgraph_size=cfg.subgraph_size,
-                        dim=dim, mean_row_nnz=op.pairs.shape[1] / num_facts, memory_budget_mb=cfg.memory_budget_mb,
+                        dim=dim, mean_row_nnz=op.pairs.shape[1] / num_facts,
+                        memory_budget_mb=resolve_memory_budget_mb(cfg.memory_budget_mb, device, HOP_BUDGET_MB),
                         query_chunk_size=cfg.query_chunk_size, embedding_bytes=fact_embeddings.element_size(),
                         device_type=device.type)
         if workspace is None:

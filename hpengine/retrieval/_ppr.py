@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from hpengine.sparse import TransitionOperator, csr_from_sorted_pairs
+from hpengine.retrieval._chunking import PPR_BUDGET_MB, resolve_memory_budget_mb
 
 #: most questions per chunk on CPU: beyond ~32 columns the rows of the ``[C, Qc]`` block gathered
 #: by each SpMM stop fitting in cache (bench_ppr, H = 100k, one thread: 0.44 ms per question and
@@ -299,7 +300,7 @@ def _check_options(damping, tol, max_iter, method, chunk_size, memory_budget_mb)
     if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol >= 0.0:
         raise ValueError(f"tol must be a non-negative float (got {tol!r})")
     for name, value, low in (("max_iter", max_iter, 1), ("chunk_size", chunk_size, 0),
-                             ("memory_budget_mb", memory_budget_mb, 1)):
+                             ("memory_budget_mb", memory_budget_mb, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an int >= {low} (got {value!r})")
     if method not in METHODS:
@@ -337,7 +338,7 @@ def _check_rows(mass_sum: Tensor, bad: Tensor, name: str) -> None:
 
 def personalized_pagerank(graph, personalization, *, damping: float = 0.85, tol: float = 1e-6,
                           max_iter: int = 100, nodes: slice | Tensor | None = None, method: str = "chebyshev",
-                          chunk_size: int = 0, memory_budget_mb: int = 1024) -> Tensor:
+                          chunk_size: int = 0, memory_budget_mb: int = 0) -> Tensor:
     """Personalised PageRank of every question at once on the entity-fact-passage star graph.
 
     Nodes are entities ``[0, V)``, facts ``[V, V + H)`` and passages ``[V + H, N)``; edges are the
@@ -380,7 +381,8 @@ def personalized_pagerank(graph, personalization, *, damping: float = 0.85, tol:
             iteration). Both solve the same reduced system and reach the same fixed point.
         chunk_size: questions per chunk, 0 = derive from ``memory_budget_mb``
             (:func:`ppr_chunk_size`).
-        memory_budget_mb: working memory of one chunk (1024).
+        memory_budget_mb: working memory of one chunk in MiB; 0: 1024 on the CPU, a share of the
+            free memory on CUDA (:func:`~hpengine.retrieval._chunking.resolve_memory_budget_mb`).
 
     Returns:
         ``[Q, n]`` PPR mass (``n = N`` without ``nodes``) in the personalization's float dtype
@@ -406,6 +408,7 @@ def personalized_pagerank(graph, personalization, *, damping: float = 0.85, tol:
     """
     _check_options(damping, tol, max_iter, method, chunk_size, memory_budget_mb)
     device = graph.device
+    memory_budget_mb = resolve_memory_budget_mb(memory_budget_mb, device, PPR_BUDGET_MB)
     v, h, p = graph.num_entities, graph.num_facts, graph.num_passages
     num_nodes = v + h + p
     if isinstance(personalization, tuple):

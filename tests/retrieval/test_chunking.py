@@ -23,3 +23,19 @@ def test_plan_bounds(num_q):
                     memory_budget_mb=1).chunk_size == 1
     assert plan_hop(100, num_facts=50, num_columns=20, subgraph_size=600, dim=8, mean_row_nnz=2.0,
                     memory_budget_mb=1, query_chunk_size=5).chunk_size == 5
+
+
+def test_a_budget_left_to_the_device_follows_its_free_memory(monkeypatch):
+    """0: the CPU default on the CPU; on CUDA an eighth of the free memory, never below the CPU's."""
+    import torch
+
+    from hpengine.retrieval._chunking import resolve_memory_budget_mb
+
+    assert resolve_memory_budget_mb(0, "cpu", 2048) == 2048
+    assert resolve_memory_budget_mb(64, "cpu", 2048) == 64
+    free = {"bytes": 128 << 30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 141 << 30))
+    assert resolve_memory_budget_mb(0, "cuda:0", 2048) == 16 << 10
+    assert resolve_memory_budget_mb(100, "cuda:0", 2048) == 100  # a set budget is the budget
+    free["bytes"] = 4 << 30
+    assert resolve_memory_budget_mb(0, "cuda:0", 2048) == 2048
