@@ -41,7 +41,7 @@ from _harness import PeakMemory, Record, add_common_args, finish, measure  # noq
 from hpengine.config import RetrievalConfig  # noqa: E402
 from hpengine.graph import HyperGraph  # noqa: E402
 from hpengine.retrieval import DenseIndex, hyperprove_hop, plan_hop  # noqa: E402
-from hpengine.retrieval._chunking import HOP_BUDGET_MB, resolve_memory_budget_mb  # noqa: E402
+from hpengine.retrieval import HOP_BUDGET_MB, resolve_memory_budget_mb  # noqa: E402
 from hpengine.testing._graphs import power_law_hypergraph  # noqa: E402
 
 BENCH = "hop"

@@ -46,4 +46,4 @@ class GragBuildConfig:
         _check_range("grag.min_community", self.min_community, 1)
         _check_range("grag.summary_names", self.summary_names, 0, MAX_TOP)
         _check_range("grag.louvain_resolution", self.louvain_resolution, 0.0, lo_open=True)
-        _check_choice("grag.dtype", self.dtype, {"float32", "bfloat16", "float16"})
+        _check_choice("grag.dtype", self.dtype, {"auto", "float32", "bfloat16", "float16"})

@@ -80,7 +80,7 @@ class ExtractorConfig:
     min_fact_chars: int = 8  # a threshold, not a size: facts shorter than this are dropped
     # llm extractor
     llm_model: str = ""
-    llm_dtype: str = "bfloat16"
+    llm_dtype: str = "auto"  # as model.dtype: bfloat16 where the device has it natively, else float32
     llm_batch_size: int = 8
     llm_max_new_tokens: int = 384  # token lengths: at most MAX_TOKENS = 131,072
     llm_max_input_tokens: int = 768
@@ -99,7 +99,7 @@ class ExtractorConfig:
         _check_range("extractor.min_fact_chars", self.min_fact_chars, 0)
         for name in ("llm_max_new_tokens", "llm_max_input_tokens"):
             _check_range(f"extractor.{name}", getattr(self, name), 1, MAX_TOKENS)
-        _check_choice("extractor.llm_dtype", self.llm_dtype, {"float32", "bfloat16", "float16"})
+        _check_choice("extractor.llm_dtype", self.llm_dtype, {"auto", "float32", "bfloat16", "float16"})
 
 
 @dataclass
@@ -212,7 +212,9 @@ class ModelConfig:
     """Generative models (decomposer and reader) for the QA pipeline."""
 
     llm: str = ""  # empty: no-LLM mode
-    dtype: str = "bfloat16"
+    # auto: bfloat16 on CUDA and on CPUs with native bfloat16 (AVX512-BF16 / AMX), else float32 | float32 |
+    # bfloat16 | float16
+    dtype: str = "auto"
     batch_size: int = 32  # prompts per generate call at most (itself at most MAX_BATCH = 65,536)
     max_batch_tokens: int = 16384  # and padded prompt tokens per call at most (0: no cap; itself at most 2^24)
     # the token prefix all prompts of a call share (an instruction, worked examples) is read once
@@ -226,7 +228,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _check_finite(self, "model")
-        _check_choice("model.dtype", self.dtype, {"float32", "bfloat16", "float16"})
+        _check_choice("model.dtype", self.dtype, {"auto", "float32", "bfloat16", "float16"})
         _check_range("model.batch_size", self.batch_size, 1, MAX_BATCH)
         _check_range("model.max_batch_tokens", self.max_batch_tokens, 0, MAX_BATCH_TOKENS)
         for name in ("max_new_tokens_decompose", "max_new_tokens_read", "max_input_tokens"):

@@ -39,7 +39,10 @@ def _triple_ids(index: Index, cfg: GragBuildConfig, cache_dir: str, progress: bo
 
         path = resolve_model_path(cfg.llm_model)
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
+        from hpengine.models import resolve_dtype
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, cfg.device, "grag.dtype"))
+        model = model.to(cfg.device).eval()
         ex = LLMTripleExtractor(model, tok, cache_dir, model_name=cfg.llm_model, batch_size=cfg.llm_batch_size,
                                 max_new_tokens=cfg.llm_max_new_tokens)
         llm_passages = add_llm_triples(index, ex.extract(index.passages, progress=progress), head, tail, fact, rel)

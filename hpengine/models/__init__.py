@@ -9,9 +9,9 @@ __all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities", 
            "GenerateResult", "batched_generate", "SeededGumbelSampler", "LLMExtractor", "ParsedExtraction",
            "parse_extraction", "PROMPT_VERSION"]
 
-from hpengine.models._encoder import Encoder, resolve_model_path
+from hpengine.models._encoder import Encoder, resolve_dtype, resolve_model_path
 
-__all__ += ["Encoder", "resolve_model_path"]
+__all__ += ["Encoder", "resolve_dtype", "resolve_model_path"]
 
 from hpengine.models._decomposer import Decomposer
 from hpengine.models._reader import Reader

@@ -49,9 +49,10 @@ def native_bfloat16(device: str | torch.device) -> bool:
         return False
 
 
-def resolve_dtype(name: str, device: str | torch.device = "cpu") -> torch.dtype:
-    """The torch dtype of an ``encoder.dtype`` setting on ``device``: ``"auto"`` is bfloat16 where
-    :func:`native_bfloat16` holds, else float32; the other names are what they say.
+def resolve_dtype(name: str, device: str | torch.device = "cpu", key: str = "encoder.dtype") -> torch.dtype:
+    """The torch dtype of a model's dtype setting (``key``: ``encoder.dtype``, ``model.dtype``, ...)
+    on ``device``: ``"auto"`` is bfloat16 where :func:`native_bfloat16` holds, else float32; the
+    other names are what they say.
 
     Example:
         >>> resolve_dtype("float16")
@@ -62,7 +63,7 @@ def resolve_dtype(name: str, device: str | torch.device = "cpu") -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if native_bfloat16(device) else torch.float32
     if name not in _DTYPES:
-        raise ValueError(f"encoder.dtype must be one of {['auto', *_DTYPES]} (got {name!r})")
+        raise ValueError(f"{key} must be one of {['auto', *_DTYPES]} (got {name!r})")
     return _DTYPES[name]
 
 

@@ -332,11 +332,11 @@ def _load_model(cfg: ExtractorConfig):
     if not cfg.llm_model:
         raise ValueError("extractor.llm_model must name a local folder or hub model for the LLM "
                          "extractor when no model is passed (got '')")
-    if cfg.llm_dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"extractor.llm_dtype must be one of ['bfloat16', 'float16', 'float32'] "
-                         f"(got {cfg.llm_dtype!r})")
+    from hpengine.models._encoder import resolve_dtype
+
+    dtype = resolve_dtype(cfg.llm_dtype, cfg.device, "extractor.llm_dtype")  # checked before the model loads
     tokenizer = AutoTokenizer.from_pretrained(cfg.llm_model)
-    model = AutoModelForCausalLM.from_pretrained(cfg.llm_model, dtype=getattr(torch, cfg.llm_dtype))
+    model = AutoModelForCausalLM.from_pretrained(cfg.llm_model, dtype=dtype)
     return model.to(cfg.device).eval(), tokenizer
 
 

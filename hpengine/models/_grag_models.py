@@ -102,13 +102,13 @@ def load_summarizer(name: str, *, device: str = "cpu", dtype: str = "float32", c
     config is encoder-decoder, else causal."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from hpengine.models._encoder import resolve_model_path
+    from hpengine.models._encoder import resolve_dtype, resolve_model_path
 
     path = resolve_model_path(name)
     config = AutoConfig.from_pretrained(path)
     cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = cls.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
+    model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device, "grag.dtype")).to(device).eval()
     return Summarizer(model, tokenizer, cache_dir=cache_dir, model_name=name, batch_size=batch_size,
                       max_new_tokens=max_new_tokens)
 

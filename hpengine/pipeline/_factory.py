@@ -148,9 +148,11 @@ def load_llm(cfg: ModelConfig):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.models import Decomposer, Reader
+    from hpengine.models import resolve_dtype
 
     tok = AutoTokenizer.from_pretrained(cfg.llm)
-    model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
+    model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=resolve_dtype(cfg.dtype, cfg.device, "model.dtype"))
+    model = model.to(cfg.device).eval()
     batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens,
                 "prefix_cache": cfg.prefix_cache}
     return (Decomposer(model, tok, max_new_tokens=cfg.max_new_tokens_decompose, **batching),

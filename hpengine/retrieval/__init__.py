@@ -1,7 +1,7 @@
 """Batched retrieval: dense top-k, random-walk subgraphs, bounded BFS, the HyperProve hop, PPR and
 GRAG-MH's decayed expansion."""
 from hpengine.retrieval._bfs import batched_bfs
-from hpengine.retrieval._chunking import HopPlan, plan_hop
+from hpengine.retrieval._chunking import HOP_BUDGET_MB, PPR_BUDGET_MB, HopPlan, plan_hop, resolve_memory_budget_mb
 from hpengine.retrieval._dense import APPROXIMATE_MIN_KEYS, DenseIndex, dense_topk, resolve_backend
 from hpengine.retrieval._grag import (add_dense_candidates, best_fact_scores, blended_passage_scores,
                                       candidate_passages, candidate_support, decayed_expansion, diverse_ranking,
@@ -15,6 +15,8 @@ from hpengine.retrieval._walk import restart_distribution, top_visited, walk_vis
 
 __all__ = [
     "APPROXIMATE_MIN_KEYS",
+    "HOP_BUDGET_MB",
+    "PPR_BUDGET_MB",
     "DenseIndex",
     "add_dense_candidates",
     "blended_passage_scores",
@@ -45,6 +47,7 @@ __all__ = [
     "hyperprove_hop",
     "personalized_pagerank",
     "plan_hop",
+    "resolve_memory_budget_mb",
     "ppr_chunk_size",
     "restart_distribution",
     "top_visited",
