@@ -3,6 +3,11 @@ and passage search against the same run with FAISS IVF forced on (``retrieval.se
 faiss_ivf``, what ``auto`` picks from ``approximate_min_keys`` keys on), plus the search's own
 recall (the share of the exact top-k fact and passage ids that IVF finds) and its speed.
 
+With ``--synonyms nndescent`` the approximate setting also replaces the index's synonym pairs
+(an exact search at build time on these sizes) by the approximate NN-descent search over the same
+name embeddings and settings (``graph.synonym_backend=nndescent``, what ``auto`` picks above
+``synonym_exact_max_keys`` names), and reports the pair recall: every approximate search on.
+
     python benchmarks/e2e/bench_approximate.py --index-root /work/idx --datasets 2wikimultihopqa musique hotpotqa \
         --threads 2 --label approximate_dev
 
@@ -64,6 +69,31 @@ def search_report(index, question_emb: torch.Tensor, retrieval, k_facts: int, k_
     return out
 
 
+def approximate_synonyms(index):
+    """``(index with its synonyms searched again by NN-descent, report)``: the build's settings
+    (η, cap, digit rule) over the index's own name embeddings; the report has the pair counts,
+    the recall of the exact pairs and the seconds."""
+    import dataclasses
+
+    from hpengine.config import GraphConfig
+    from hpengine.graph import entity_synonyms
+
+    build = (index.meta.get("build_config") or {}).get("graph") or {}
+    fields = {f.name for f in dataclasses.fields(GraphConfig)}
+    cfg = GraphConfig(**{k: v for k, v in build.items() if k in fields})
+    cfg = dataclasses.replace(cfg, synonym_threshold=float(index.meta["synonym_threshold"]), synonym_backend="nndescent")
+    start = time.perf_counter()
+    approx = entity_synonyms(index.entity_emb, index.entities, cfg)
+    seconds = time.perf_counter() - start
+    exact = {tuple(p) for p in index.synonyms.t().tolist()}
+    found = {tuple(p) for p in approx.t().tolist()}
+    report = {"names": index.num_entities, "exact_pairs": len(exact) // 2, "approximate_pairs": len(found) // 2,
+              "recall": round(len(exact & found) / len(exact), 4) if exact else float("nan"),
+              "seconds": round(seconds, 2)}
+    changed = dataclasses.replace(index, synonyms=approx, _graph=None, _lookups=None)
+    return changed, report
+
+
 def run_dataset(name: str, args) -> dict:
     from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
     from hpengine.eval import load_questions
@@ -71,8 +101,9 @@ def run_dataset(name: str, args) -> dict:
     from hpengine.jobs import evaluate
     from hpengine.pipeline import Engine, encoder_for_index, get_retriever
 
-    index = Index.load(str(Path(args.index_root) / name))
-    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    exact_index = Index.load(str(Path(args.index_root) / name))
+    encoder = encoder_for_index(exact_index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    index = exact_index
     questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
     if args.max_questions:
         questions = questions[: args.max_questions]
@@ -82,6 +113,9 @@ def run_dataset(name: str, args) -> dict:
     if args.nprobe:
         forced["faiss_nprobe"] = args.nprobe
     report = {"questions": len(questions), "methods": {}}
+    if args.synonyms == "nndescent":
+        index, report["synonyms"] = approximate_synonyms(exact_index)
+        print(f"{name}: synonym pairs {report['synonyms']}", flush=True)
     question_emb = encoder.encode([q.question for q in questions], kind="query").to(index.fact_emb.dtype)
     retrieval = RetrievalConfig(**forced)
     report["search"] = search_report(index, question_emb, retrieval, retrieval.num_seeds, 10)
@@ -89,8 +123,8 @@ def run_dataset(name: str, args) -> dict:
           f"passages {report['search']['passages']['recall']:.4f}", flush=True)
     for method in args.methods:
         row = {}
-        for setting, kwargs in (("exact", dict(seed_backend="exact")), ("approximate", forced)):
-            engine = Engine(index, encoder, RetrievalConfig(**kwargs), get_retriever(method).config_class())
+        for setting, kwargs, on in (("exact", dict(seed_backend="exact"), exact_index), ("approximate", forced, index)):
+            engine = Engine(on, encoder, RetrievalConfig(**kwargs), get_retriever(method).config_class())
             res = evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False)
             row[setting] = {k: res[k] for k in ("recall@2", "recall@5", "wall_seconds", "questions_per_second")}
         row["delta_points"] = {k: round(100 * (row["approximate"][k] - row["exact"][k]), 2)
@@ -131,6 +165,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nlist", type=int, default=0)
     ap.add_argument("--nprobe", type=int, default=0)
     ap.add_argument("--encoder-dtype", default="float32")
+    ap.add_argument("--synonyms", choices=["exact", "nndescent"], default="exact",
+                    help="nndescent: the approximate setting searches the synonyms again by NN-descent too")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--label", default="")
     args = ap.parse_args(argv)

@@ -83,6 +83,19 @@ def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: Grap
     return pairs[:, pairs[0] != pairs[1]]
 
 
+def entity_synonyms(entity_emb: Tensor, names: list, graph_cfg: GraphConfig) -> Tensor:
+    """The symmetric synonym pairs of all ``names`` as a build searches them (``graph_cfg`` with
+    η set: its backend, cap and digit rule).
+
+    Shapes:
+        entity_emb ``[V, D]`` -> int64 ``[2, n]``.
+    """
+    if graph_cfg.synonym_threshold is None:
+        raise ValueError("graph_cfg.synonym_threshold must be set (got None)")
+    eligible = _synonym_eligible(names, graph_cfg, entity_emb.device)
+    return symmetrize_pairs(_synonyms_of(entity_emb, eligible, 0, graph_cfg))
+
+
 def build_index(passages: list, *, extractor, encoder, graph_cfg: GraphConfig | None = None,
                 embed_passages: bool = True, device="cpu", progress: bool = False, meta: dict | None = None):
     """Build an :class:`Index` from passages.

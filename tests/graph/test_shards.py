@@ -119,3 +119,18 @@ def test_helpers():
     assert gather_rows(iter([]), 0, "cpu") is None
     with pytest.raises(RuntimeError, match="expected 5"):
         gather_rows(iter(blocks), 5, "cpu")
+
+
+def test_entity_synonyms_are_the_builds():
+    """What a build stores equals a search of all its names again (the approximate-synonym bench
+    swaps it for another backend)."""
+    import dataclasses
+
+    from hpengine.graph import entity_synonyms
+
+    passages, table = corpus(seed=2, n=40)
+    index, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)
+    cfg = dataclasses.replace(CFG, synonym_threshold=index.meta["synonym_threshold"])
+    assert torch.equal(entity_synonyms(index.entity_emb, index.entities, cfg), index.synonyms)
+    with pytest.raises(ValueError, match="synonym_threshold must be set"):
+        entity_synonyms(index.entity_emb, index.entities, dataclasses.replace(CFG, synonym_threshold=None))
