@@ -266,6 +266,10 @@ FUSION_RULES = ("rrf", "score", "lead_then_fill")
 FUSION_NESTED = ("hyperprove", "ppr", "grag")
 
 
+#: a member's weight when ``FusionConfig.weights`` is empty (members not named: 1)
+DEFAULT_FUSION_WEIGHTS = {"hyperprove": 2.0}
+
+
 @dataclass
 class FusionConfig(EngineConfig):
     """Fusion (docs/methods/fusion.md): several methods run on the same batch, sharing the question
@@ -277,11 +281,12 @@ class FusionConfig(EngineConfig):
 
     # the methods run, by registered name (not fusion itself); their chain records keep this order
     members: list = field(default_factory=lambda: ["hyperprove", "ppr", "dense"])
-    # one weight >= 0 per member, in members' order (engine.weights=[1,0.5,1]); empty: every member 1.
-    # A weight of 0 drops its member (it is not run)
+    # one weight >= 0 per member, in members' order (engine.weights=[1,0.5,1]); empty: each member's
+    # DEFAULT_FUSION_WEIGHTS (hyperprove 2, the others 1). A weight of 0 drops its member (it is not run)
     weights: list = field(default_factory=list)
-    # rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill: the best rule at equal
-    # weights in the MuSiQue sweep (docs/methods/fusion.md#results)
+    # rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill with HyperProve's fill
+    # weight 2: the rule whose worst R@5 against the best single method, over three dev sets and two
+    # encoders, is the best, with R@2 above dense's on all six (docs/methods/fusion.md#choosing-the-default)
     rule: str = "lead_then_fill"
     # RRF (and lead_then_fill's fill): a passage at rank r (from 1) of member m adds weight_m / (rrf_k + r);
     # >= 0. The usual 60 flattens 10-passage lists into a vote count (the sweep: R@5 -6 points against 1)
@@ -346,8 +351,11 @@ class FusionConfig(EngineConfig):
                                      f"to every member (got {getattr(nested, key)!r})")
 
     def weight(self, member: str) -> float:
-        """The weight of ``member`` (1 when ``weights`` is empty)."""
-        return float(self.weights[list(self.members).index(member)]) if self.weights else 1.0
+        """The weight of ``member`` (its ``DEFAULT_FUSION_WEIGHTS`` entry, else 1, when ``weights``
+        is empty)."""
+        if self.weights:
+            return float(self.weights[list(self.members).index(member)])
+        return DEFAULT_FUSION_WEIGHTS.get(member, 1.0)
 
 
 def method_configs() -> dict:

@@ -130,8 +130,9 @@ def test_a_single_member_is_that_member(built, member, rule):
     # the chain is the member's own (the single-step member's hop keeps its facts)
     for a, f in zip(alone, fused):
         assert [[x.text for x in h.facts] for h in f.chain] == [[x.text for x in h.facts] for h in a.chain]
-        assert f.notes[0] == f"fusion: {member} (weight 1): " + (f"chain[0:{len(a.chain)}]" if a.chain
-                                                                    else "no chain records")
+        weight = "2" if member == "hyperprove" else "1"  # the default weights (DEFAULT_FUSION_WEIGHTS)
+        assert f.notes[0] == f"fusion: {member} (weight {weight}): " + (f"chain[0:{len(a.chain)}]" if a.chain
+                                                                           else "no chain records")
         if member == "hyperprove":
             assert [(h.subquery, h.answer) for h in f.chain] == [(h.subquery, h.answer) for h in a.chain]
         if member == "dense":  # the same passages read the same way: the same no-LLM answer
@@ -212,7 +213,7 @@ def test_chain_keeps_each_members_evidence_labelled(built):
     ppr = Engine(index, encoder, config=PPRConfig()).answer(questions)
     for f, h, p in zip(fused, hp, ppr):
         n = len(h.chain)
-        assert f.notes[:3] == [f"fusion: hyperprove (weight 1): chain[0:{n}]", f"fusion: ppr (weight 1): chain[{n}:{n + 1}]",
+        assert f.notes[:3] == [f"fusion: hyperprove (weight 2): chain[0:{n}]", f"fusion: ppr (weight 1): chain[{n}:{n + 1}]",
                                "fusion: dense (weight 1): no chain records"]
         assert [(r.subquery, r.answer, [x.text for x in r.facts]) for r in f.chain[:n]] == \
             [(r.subquery, r.answer, [x.text for x in r.facts]) for r in h.chain]
@@ -332,9 +333,18 @@ def test_eval_and_ask_accept_retriever_fusion(tmp_path, capsys):
     result = json.loads(run.read_text())
     assert result["retriever"] == "fusion" and "fuse" in result["seconds"]
     rec = result["records"][0]
-    assert rec["retrieved"] and rec["notes"][0].startswith("fusion: hyperprove (weight 1): chain[0:")
+    assert rec["retrieved"] and rec["notes"][0].startswith("fusion: hyperprove (weight 2): chain[0:")
     capsys.readouterr()
     main(["ask", str(idx), "Where was the director of Solo born?", "retriever=fusion", "engine.weights=[1,0,1]",
           "encoder.dtype=float32"])
     out = capsys.readouterr().out
     assert "Q: Where was the director of Solo born?" in out and "Ann Berg" in out
+
+
+def test_the_default_weights_give_hyperprove_two_and_the_others_one():
+    from hpengine.config._engine import DEFAULT_FUSION_WEIGHTS
+
+    assert DEFAULT_FUSION_WEIGHTS == {"hyperprove": 2.0}
+    assert [FusionConfig().weight(m) for m in ("hyperprove", "ppr", "dense")] == [2.0, 1.0, 1.0]
+    assert FusionConfig(members=["ppr", "dense"]).weight("ppr") == 1.0
+    assert FusionConfig(weights=[1, 1, 1]).weight("hyperprove") == 1.0  # given weights are the weights
