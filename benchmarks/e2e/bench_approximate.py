@@ -11,7 +11,7 @@ name embeddings and settings (``graph.synonym_backend=nndescent``, what ``auto``
     python benchmarks/e2e/bench_approximate.py --index-root /work/idx --datasets 2wikimultihopqa musique hotpotqa \
         --threads 2 --label approximate_dev
 
-An index per dataset at ``INDEX_ROOT/NAME`` (``hpengine index corpus=DATA/NAME/corpus.json
+An index per dataset at ``INDEX_ROOT/NAME`` (``--index-suffix``: ``INDEX_ROOT/NAME<suffix>``) (``hpengine index corpus=DATA/NAME/corpus.json
 out=INDEX_ROOT/NAME``); its dev questions at ``DATA/NAME/dev.json`` (``--data-dir``, default
 ../shared/data). ``--nlist`` / ``--nprobe`` override the IVF defaults (1024 cells, 16 probed; cells
 are lowered to keys / 39 for small indexes). Prints a table of R@2 / R@5 per method and setting
@@ -101,7 +101,7 @@ def run_dataset(name: str, args) -> dict:
     from hpengine.jobs import evaluate
     from hpengine.pipeline import Engine, encoder_for_index, get_retriever
 
-    exact_index = Index.load(str(Path(args.index_root) / name))
+    exact_index = Index.load(str(Path(args.index_root) / f"{name}{args.index_suffix}"))
     encoder = encoder_for_index(exact_index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
     index = exact_index
     questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
@@ -159,6 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("--index-root", required=True)
     ap.add_argument("--datasets", nargs="+", default=["2wikimultihopqa", "musique", "hotpotqa"])
     ap.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    ap.add_argument("--index-suffix", default="", help="the index of NAME is INDEX_ROOT/NAME<suffix> (e.g. _e5)")
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
     ap.add_argument("--max-questions", type=int, default=0, help="0: every dev question")
     ap.add_argument("--batch-size", type=int, default=64)
