@@ -1,0 +1,196 @@
+"""The engine stages at a size too large to extract and encode on this CPU: a built index amplified
+at the structure level, then synonyms, structure, save, load and the question mix timed in one
+process, with its peak RSS.
+
+    python benchmarks/e2e/amplify_index.py --index /work/scale/index_100000 --copies 10 \
+        --work-dir /work/scale --label engine_1m
+    python benchmarks/e2e/amplify_index.py --index /work/scale/index_10000 --copies 10 --work-dir /tmp/a  # 100k
+
+Amplification (:func:`amplify`): ``copies`` copies of every passage, fact and entity. Copy 0 is the
+index itself; copy ``j >= 1`` renames every entity (``name ~t``, ``t`` the copy's tag in letters)
+and retitles every passage (``title ~t``, so a name still finds the passage titled with it), keeps the fact and passage texts,
+remaps its incidences to copy j's facts, entities and passages, and takes as embeddings the
+originals plus Gaussian noise of standard deviation ``--noise`` per coordinate, renormalised. Name
+variants thus stay near each other (cosine about ``1 / sqrt(1 + D noise^2)``: 0.98 at the default
+0.01 and D = 384), so the synonym search has a real corpus's work to do and more (each name has
+``copies - 1`` variants above a usual threshold, which a real corpus of the same size would not
+have: its synonym pairs and graph are denser here; ``synonym_max_per_entity`` caps them). Questions
+are the dev mix of ``bench_scale.py``; their gold passages are copy 0's.
+
+Stages: ``amplify`` (the copies), ``synonyms`` (the build's search over all names:
+``graph.entity_synonyms`` with the index's settings, its backend chosen by size), ``structure``
+(the hypergraph's CSR caches), ``save`` (``Index.save``), ``load`` (a fresh ``Index.load``,
+memory-mapped), then each method on ``--questions`` questions (``hpengine.jobs.evaluate``). Peak RSS
+after each stage (the process's high-water mark so far). ``--dtype float16`` stores the copies'
+embeddings in half precision (half the memory; the retrieval ops accept it).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: the shared _harness
+sys.path.insert(0, str(HERE))  # bench_scale's question mix
+
+from _harness import Record, add_common_args, finish, write_json  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _noisy_copies(emb: torch.Tensor, copies: int, noise: float, seed: int, dtype, rows: int = 1 << 16):
+    """``[copies * N, D]`` in ``dtype``: ``emb`` then ``copies - 1`` renormalised noisy copies of it,
+    made in blocks of ``rows`` rows (the temporaries stay small)."""
+    n, d = emb.shape
+    out = torch.empty(copies * n, d, dtype=dtype)
+    out[:n] = emb.to(dtype)
+    g = torch.Generator().manual_seed(seed)
+    for j in range(1, copies):
+        for lo in range(0, n, rows):
+            block = emb[lo:lo + rows].float()
+            block = block + noise * torch.randn(block.shape, generator=g)
+            out[j * n + lo:j * n + lo + len(block)] = torch.nn.functional.normalize(block, dim=1).to(dtype)
+    return out
+
+
+def _tag(j: int) -> str:
+    """Copy ``j``'s name suffix in letters (``1 -> b``, ``26 -> ba``): a digit would take every
+    renamed name out of the synonym search (``graph.synonym_skip_digits``)."""
+    out = ""
+    while True:
+        j, r = divmod(j, 26)
+        out = chr(ord("a") + r) + out
+        if j == 0:
+            return out
+
+
+def amplify(index, copies: int, noise: float = 0.01, seed: int = 0, dtype=None):
+    """The index with ``copies`` structure-level copies (module docstring); synonyms left empty
+    (the caller searches them) and no GRAG parts.
+
+    Shapes:
+        P, H, V passages, facts, entities -> copies * P, copies * H, copies * V; nnz_raw -> copies * nnz_raw.
+    """
+    from hpengine.graph import Index, Passage
+
+    p, h, v = index.num_passages, index.num_facts, index.num_entities
+    dtype = dtype or index.fact_emb.dtype
+    suffix = [""] + [f" ~{_tag(j)}" for j in range(1, copies)]
+    passages = [Passage(q.title + s, q.text) for s in suffix for q in index.passages]
+    entities = [name + s for s in suffix for name in index.entities]
+    raw = index.fact_entity_raw
+    shifts = torch.arange(copies).repeat_interleave(raw.shape[1])
+    fact_entity_raw = torch.stack([raw[0].repeat(copies) + shifts * h, raw[1].repeat(copies) + shifts * v])
+    fact_passage = index.fact_passage.repeat(copies) + torch.arange(copies).repeat_interleave(h) * p
+    emb = {name: _noisy_copies(getattr(index, name), copies, noise, seed + k, dtype)
+           for k, name in enumerate(("fact_emb", "entity_emb", "passage_emb")) if getattr(index, name) is not None}
+    meta = {k: val for k, val in index.meta.items() if k not in ("build_report", "add_reports")}
+    meta["amplified"] = {"copies": copies, "noise": noise, "seed": seed, "from": {"passages": p, "facts": h,
+                                                                                 "entities": v}}
+    return Index(passages=passages, facts=list(index.facts) * copies, entities=entities, fact_passage=fact_passage,
+                 fact_entity_raw=fact_entity_raw, synonyms=torch.zeros(2, 0, dtype=torch.int64),
+                 fact_emb=emb["fact_emb"], entity_emb=emb["entity_emb"], passage_emb=emb.get("passage_emb"),
+                 meta=meta)
+
+
+def graph_config(index):
+    """The index's own synonym settings (its build config and η), backend by size."""
+    from hpengine.config import GraphConfig
+
+    build = (index.meta.get("build_config") or {}).get("graph") or {}
+    fields = {f.name for f in dataclasses.fields(GraphConfig)}
+    cfg = GraphConfig(**{k: val for k, val in build.items() if k in fields})
+    return dataclasses.replace(cfg, synonym_threshold=float(index.meta["synonym_threshold"]), synonym_backend="auto")
+
+
+def run(args) -> dict:
+    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
+    from hpengine.graph import Index, entity_synonyms
+    from hpengine.jobs import evaluate
+    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+
+    from bench_scale import WARMUP_QUESTIONS, question_mix
+
+    stages, rss = {}, {}
+
+    def timed(name, fn):
+        start = time.perf_counter()
+        out = fn()
+        stages[name] = round(time.perf_counter() - start, 3)
+        rss[name] = round(_rss_mib(), 1)
+        print(f"{name}: {stages[name]:.1f} s, peak RSS {rss[name]:,.0f} MiB", flush=True)
+        return out
+
+    base = timed("load_base", lambda: Index.load(args.index, mmap=False))
+    cfg = graph_config(base)
+    big = timed("amplify", lambda: amplify(base, args.copies, args.noise, args.seed, DTYPES.get(args.dtype)))
+    del base
+    big.synonyms = timed("synonyms", lambda: entity_synonyms(big.entity_emb, big.entities, cfg))
+    timed("structure", lambda: big.graph.transition())
+    counts = {**big.summary(), "embedding_dtype": str(big.fact_emb.dtype)}
+    print(f"amplified: {counts}", flush=True)
+    out = Path(args.work_dir) / f"index_x{args.copies}"
+    timed("save", lambda: big.save(out))
+    del big
+    index = timed("load", lambda: Index.load(out))
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    questions = question_mix(args.data_dir, args.questions, args.seed)
+    methods = {}
+    for method in args.methods:
+        engine = Engine(index, encoder, RetrievalConfig(), get_retriever(method).config_class())
+        evaluate(engine, questions[:WARMUP_QUESTIONS], EvalConfig(batch_size=args.batch_size), progress=False)
+        res = timed(f"query:{method}",
+                    lambda: evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False))
+        methods[method] = {k: res[k] for k in ("wall_seconds", "questions_per_second", "recall@5")}
+        methods[method]["stage_seconds"] = res["seconds"]
+    if not args.keep_index:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+    return {"index": args.index, "copies": args.copies, "noise": args.noise, "counts": counts, "seconds": stages,
+            "peak_rss_mib_after": rss, "methods": methods, "questions": len(questions),
+            "loadavg_end": list(os.getloadavg())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", required=True, help="a built index (bench_scale.py --keep-indexes keeps them)")
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--noise", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="the embeddings' stored dtype")
+    ap.add_argument("--work-dir", default="/tmp/hpengine_amplified")
+    ap.add_argument("--keep-index", action="store_true")
+    ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[3] / "shared" / "data"))
+    ap.add_argument("--questions", type=int, default=1024)
+    ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--encoder-dtype", default="auto")
+    add_common_args(ap)
+    args = ap.parse_args(argv)
+    if args.copies < 1:
+        ap.error(f"--copies must be >= 1 (got {args.copies})")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    report = run(args)
+    n = report["counts"]["passages"]
+    records = [Record("amplified", stage, {"passages": n}, sec, n, 1, report["peak_rss_mib_after"][stage])
+               for stage, sec in report["seconds"].items()]
+    return finish(args, records, meta=report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
