@@ -184,9 +184,9 @@ def _run_index_streaming(cfg, rank: int, world: int, overwrite: bool, progress: 
         def my_shards():
             start = time.perf_counter()
             state["models"] = make_models(cfg)
-            ran = build_from_corpus(cfg, state["loaded"], cfg.corpus, progress and rank == 0, None, shard_folder=folder,
-                         my_shards=lambda pending: [k for k in pending if k % world == rank], merge=False,
-                         models=state["models"])
+            ran = build_from_corpus(cfg, state["loaded"], cfg.corpus, progress and rank == 0, None,
+                                    shard_folder=folder, merge=False, models=state["models"],
+                                    my_shards=lambda pending: [k for k in pending if k % world == rank])
             return {"rank": rank, "shards_run": len(ran), "shard_seconds": round(time.perf_counter() - start, 3),
                     "peak_rss_mb": round(peak_rss_mb(), 1)}
 
@@ -196,7 +196,7 @@ def _run_index_streaming(cfg, rank: int, world: int, overwrite: bool, progress: 
             if rank != 0:
                 return None
             index, report = build_from_corpus(cfg, state["loaded"], cfg.corpus, progress, None, shard_folder=folder,
-                                   my_shards=lambda pending: [], models=state["models"])
+                                              my_shards=lambda pending: [], models=state["models"])
             report["shards_run"] = sum(r["shards_run"] for r in per_rank)  # the ranks ran them, not this call
             report["resumed_shards"] = report["shards"] - report["shards_run"]
             report["distributed"] = {"world_size": world, "backend": str(_dist().get_backend()),

@@ -61,7 +61,7 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
             raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
                                     f"overwrite=true to replace it")
         index, report = build_from_corpus(cfg, loaded, corpus_path, progress, wrap,
-                               shard_folder=writer.build_folder() if cfg.shard_size else None)
+                                          shard_folder=writer.build_folder() if cfg.shard_size else None)
         index.save(cfg.out, writer=writer)
         writer.discard_build()
     return index, report
@@ -81,12 +81,12 @@ def make_models(cfg: IndexConfig) -> tuple:
     return make_extractor(cfg.extractor, IndexStore(cfg.out)), make_encoder(cfg.encoder)
 
 
-def build_from_corpus(cfg: IndexConfig, loaded, corpus_path: str, progress: bool, wrap, shard_folder=None, my_shards=None,
-           merge: bool = True, models=None):
+def build_from_corpus(cfg: IndexConfig, loaded, corpus_path: str, progress: bool, wrap, shard_folder=None,
+                      my_shards=None, merge: bool = True, models=None):
     """The index of ``loaded``'s passages, with GRAG-MH's parts when configured: streamed through
     ``shard_folder`` when given (``my_shards`` and ``merge`` as :func:`build_index_sharded`'s;
-    with ``merge`` False, the shards this call ran), else in one piece. ``models``: ``(extractor, encoder)`` already
-    made (else :func:`make_models`)."""
+    with ``merge`` False, the shards this call ran), else in one piece. ``models``:
+    ``(extractor, encoder)`` already made (else :func:`make_models`)."""
     store = IndexStore(cfg.out)
     extractor, encoder = models if models is not None else make_models(cfg)
     if wrap is not None:  # a torchrun build (distributed/_index.py): rank-sharded extractor and encoder
