@@ -304,9 +304,9 @@ def build_index_sharded(passages: list, *, extractor, encoder, shard_folder, sha
     with timer.stage("embed"):
         entity_emb = _encode(encoder, asm.new_entities, progress, device)
     with timer.stage("merge"):
-        fact_emb = gather_rows((folder.read_tensors(k)["fact_emb"] for k in range(len(spans))), len(asm.facts), device)
-        passage_emb = (gather_rows((folder.read_tensors(k)["passage_emb"] for k in range(len(spans))), len(fresh), device)
-                       if embed_passages else None)
+        totals = {"fact_emb": len(asm.facts), **({"passage_emb": len(fresh)} if embed_passages else {})}
+        rows = gather_rows((folder.read_tensors(k) for k in range(len(spans))), totals, device)
+    fact_emb, passage_emb = rows["fact_emb"], rows.get("passage_emb")
     if fact_emb is None:
         fact_emb = entity_emb.new_zeros((0, entity_emb.shape[1]))
     new_index, report = _combine(None, fresh, skipped, asm, (fact_emb, entity_emb, passage_emb), encoder=encoder,

@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from hpengine.graph._index import _save_tensors
+from hpengine.graph._mmap import read_safetensors
 from hpengine.graph._store import _fsync_dir, _kill_point, read_json, write_json_durable
 
 BUILD_FORMAT = "hpengine-build"
@@ -63,15 +63,14 @@ class ShardFolder:
         self.folder = Path(folder)
         self.fingerprint = fingerprint
         self.num_shards = num_shards
-        self.resumed = self._open()
+        self._open()
 
     def _plan(self) -> dict:
         return {"format": BUILD_FORMAT, "format_version": BUILD_VERSION, "fingerprint": self.fingerprint,
                 "num_shards": self.num_shards}
 
-    def _open(self) -> bool:
-        """Keep the finished shards of the same build; start afresh otherwise. Returns whether
-        finished shards were kept."""
+    def _open(self) -> None:
+        """Keep the finished shards of the same build; start afresh otherwise."""
         plan_path = self.folder / PLAN_FILE
         if plan_path.is_file():
             try:
@@ -79,14 +78,13 @@ class ShardFolder:
             except Exception:  # an unreadable plan is a plan of no build: start afresh
                 same = False
             if same:
-                return bool(self.done())
+                return
         self.folder.mkdir(parents=True, exist_ok=True)
         for entry in self.folder.iterdir():
             if entry.name.startswith("shard-") and entry.is_file():
                 entry.unlink()
         write_json_durable(plan_path, self._plan())
         _fsync_dir(self.folder)
-        return False
 
     def _paths(self, k: int) -> tuple:
         return self.folder / f"shard-{k:06d}.safetensors", self.folder / f"shard-{k:06d}.json"
@@ -103,13 +101,9 @@ class ShardFolder:
             fact_emb ``[F_k, D]`` (the shard's facts in passage order), passage_emb ``[hi - lo, D]``.
         """
         tensors_path, json_path = self._paths(k)
-        tensors = {"fact_emb": fact_emb.detach().cpu().contiguous()}
-        if passage_emb is not None:
-            tensors["passage_emb"] = passage_emb.detach().cpu().contiguous()
+        tensors = {"fact_emb": fact_emb} if passage_emb is None else {"fact_emb": fact_emb, "passage_emb": passage_emb}
         tmp = tensors_path.with_name(tensors_path.name + ".tmp")
-        save_file(tensors, str(tmp))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        _save_tensors(tensors, tmp)
         os.replace(tmp, tensors_path)
         write_json_durable(json_path, {"shard": k, "passages": list(span),
                                        "facts": [[[f.text, list(f.entities)] for f in facts] for facts in extracted]})
@@ -124,22 +118,31 @@ class ShardFolder:
                 for facts in read_json(self._paths(k)[1])["facts"]]
 
     def read_tensors(self, k: int) -> dict:
-        """Shard ``k``'s embeddings (``fact_emb``, and ``passage_emb`` when written)."""
-        return load_file(str(self._paths(k)[0]))
-
-    def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Shard ``k``'s embeddings (``fact_emb``, and ``passage_emb`` when written), the file's
+        header checked (a damaged shard is one line naming it)."""
+        return read_safetensors(self._paths(k)[0])
 
 
-def gather_rows(parts, total: int, device) -> Tensor | None:
-    """Stack row blocks into one preallocated ``[total, D]`` tensor (peak: the result and one
-    block), or None when there are no blocks."""
-    out, row = None, 0
-    for block in parts:
-        if out is None:
-            out = torch.empty(total, block.shape[1], dtype=block.dtype, device=device)
-        out[row:row + len(block)] = block.to(device)
-        row += len(block)
-    if out is not None and row != total:
-        raise RuntimeError(f"shards hold {row} rows, expected {total}")
+def gather_rows(parts, totals: dict, device) -> dict:
+    """Stack the row blocks of each name into one preallocated ``[totals[name], D]`` tensor, the
+    blocks read once (peak: the results and one part).
+
+    Args:
+        parts: an iterable of ``{name: [rows, D] block}`` (a shard's tensors), in row order.
+        totals: ``{name: rows}`` of the results.
+
+    Returns:
+        ``{name: tensor}``; a name no part holds is None.
+    """
+    out, row = dict.fromkeys(totals), dict.fromkeys(totals, 0)
+    for part in parts:
+        for name in totals:
+            block = part[name]
+            if out[name] is None:
+                out[name] = torch.empty(totals[name], block.shape[1], dtype=block.dtype, device=device)
+            out[name][row[name]:row[name] + len(block)] = block.to(device)
+            row[name] += len(block)
+    for name, total in totals.items():
+        if out[name] is not None and row[name] != total:
+            raise RuntimeError(f"shards hold {row[name]} rows of {name}, expected {total}")
     return out

@@ -115,10 +115,12 @@ def test_helpers():
     with pytest.raises(ValueError, match="shard_size must be >= 1"):
         shard_ranges(3, 0)
     blocks = [torch.arange(6.0).view(3, 2), torch.zeros(0, 2), torch.ones(1, 2)]
-    assert torch.equal(gather_rows(iter(blocks), 4, "cpu"), torch.cat(blocks))
-    assert gather_rows(iter([]), 0, "cpu") is None
-    with pytest.raises(RuntimeError, match="expected 5"):
-        gather_rows(iter(blocks), 5, "cpu")
+    parts = [{"a": b, "b": 2 * b} for b in blocks]
+    got = gather_rows(iter(parts), {"a": 4, "b": 4}, "cpu")
+    assert torch.equal(got["a"], torch.cat(blocks)) and torch.equal(got["b"], 2 * torch.cat(blocks))
+    assert gather_rows(iter([]), {"a": 0}, "cpu") == {"a": None}
+    with pytest.raises(RuntimeError, match="rows of a, expected 5"):
+        gather_rows(iter(parts), {"a": 5}, "cpu")
 
 
 def test_entity_synonyms_are_the_builds():
@@ -134,3 +136,14 @@ def test_entity_synonyms_are_the_builds():
     assert torch.equal(entity_synonyms(index.entity_emb, index.entities, cfg), index.synonyms)
     with pytest.raises(ValueError, match="synonym_threshold must be set"):
         entity_synonyms(index.entity_emb, index.entities, dataclasses.replace(CFG, synonym_threshold=None))
+
+
+def test_a_damaged_shard_is_named_in_one_line(tmp_path):
+    from hpengine.graph import IndexFormatError
+
+    passages, table = corpus(n=10)
+    with pytest.raises(KeyboardInterrupt):
+        sharded(passages, table, tmp_path / "b", 5, extractor=StopAfter(table, 1))
+    (tmp_path / "b" / "shard-000000.safetensors").write_bytes(b"\x00" * 4)
+    with pytest.raises(IndexFormatError, match=r"shard-000000\.safetensors: not a safetensors file"):
+        sharded(passages, table, tmp_path / "b", 5)
