@@ -162,8 +162,7 @@ def _run_index_streaming(cfg, rank: int, world: int, overwrite: bool, progress: 
     Every step is one :func:`_exchange`, so an error on any rank stops every rank with it."""
     import contextlib
 
-    from hpengine.errors import OutputExistsError
-    from hpengine.jobs import build_from_corpus, check_output_dir, load_index_corpus, make_models
+    from hpengine.jobs import build_from_corpus, check_output_dir, index_writer, load_index_corpus, make_models
 
     state = {}
     with contextlib.ExitStack() as stack:
@@ -172,11 +171,7 @@ def _run_index_streaming(cfg, rank: int, world: int, overwrite: bool, progress: 
             if rank != 0:
                 return None
             check_output_dir(cfg.out, overwrite=overwrite)
-            writer = stack.enter_context(IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine index"))
-            if writer.previous is not None and not overwrite:
-                raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
-                                        f"overwrite=true to replace it")
-            state["writer"] = writer
+            writer = state["writer"] = stack.enter_context(index_writer(cfg, overwrite))
             return str(writer.build_folder())
 
         folder = _exchange(open_store)[0]

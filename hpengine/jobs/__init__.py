@@ -25,8 +25,16 @@ from hpengine.jobs._eval import (
     write_result,
 )
 from hpengine.jobs._grag_build import build_grag, format_grag_report, run_grag_build
-from hpengine.jobs._edit import format_edit_report, run_delete, run_update
-from hpengine.jobs._index import build_from_corpus, format_report, load_index_corpus, make_models, run_add, run_index
+from hpengine.jobs._edit import built_graph_config, format_edit_report, run_delete, run_update
+from hpengine.jobs._index import (
+    build_from_corpus,
+    format_report,
+    index_writer,
+    load_index_corpus,
+    make_models,
+    run_add,
+    run_index,
+)
 from hpengine.jobs._paths import (
     check_index_dir,
     check_output_dir,
@@ -42,6 +50,7 @@ __all__ = [
     "answer_batch",
     "build_from_corpus",
     "build_grag",
+    "built_graph_config",
     "check_checkpoint_path",
     "check_index_dir",
     "check_output_dir",
@@ -55,6 +64,7 @@ __all__ = [
     "format_prediction",
     "format_report",
     "hop_diagnostics",
+    "index_writer",
     "load_index_corpus",
     "make_engine",
     "make_models",

@@ -1,6 +1,7 @@
 """The ``index`` job: corpus in, saved index out, build report printed."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -56,15 +57,23 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
         index, report = build_from_corpus(cfg, loaded, corpus_path, progress, wrap)
         save(index)
         return index, report
-    with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine index") as writer:
-        if writer.previous is not None and not overwrite:  # another process committed one meanwhile
-            raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
-                                    f"overwrite=true to replace it")
+    with index_writer(cfg, overwrite) as writer:
         index, report = build_from_corpus(cfg, loaded, corpus_path, progress, wrap,
                                           shard_folder=writer.build_folder() if cfg.shard_size else None)
         index.save(cfg.out, writer=writer)
         writer.discard_build()
     return index, report
+
+
+@contextlib.contextmanager
+def index_writer(cfg: IndexConfig, overwrite: bool):
+    """The writer lock of ``cfg.out`` for a build, held for the block; refused when another process
+    committed an index there since the path checks and ``overwrite`` is off."""
+    with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine index") as writer:
+        if writer.previous is not None and not overwrite:
+            raise OutputExistsError(f"out={cfg.out!r} received an index from another process; pass "
+                                    f"overwrite=true to replace it")
+        yield writer
 
 
 def shard_settings(cfg: IndexConfig, encoder) -> dict:
