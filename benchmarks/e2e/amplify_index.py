@@ -106,12 +106,9 @@ def amplify(index, copies: int, noise: float = 0.01, seed: int = 0, dtype=None):
 
 def graph_config(index):
     """The index's own synonym settings (its build config and η), backend by size."""
-    from hpengine.config import GraphConfig
+    from hpengine.jobs import built_graph_config
 
-    build = (index.meta.get("build_config") or {}).get("graph") or {}
-    fields = {f.name for f in dataclasses.fields(GraphConfig)}
-    cfg = GraphConfig(**{k: val for k, val in build.items() if k in fields})
-    return dataclasses.replace(cfg, synonym_threshold=float(index.meta["synonym_threshold"]), synonym_backend="auto")
+    return dataclasses.replace(built_graph_config(index.meta), synonym_backend="auto")
 
 
 def run(args) -> dict:

@@ -75,13 +75,10 @@ def approximate_synonyms(index):
     the recall of the exact pairs and the seconds."""
     import dataclasses
 
-    from hpengine.config import GraphConfig
     from hpengine.graph import entity_synonyms
+    from hpengine.jobs import built_graph_config
 
-    build = (index.meta.get("build_config") or {}).get("graph") or {}
-    fields = {f.name for f in dataclasses.fields(GraphConfig)}
-    cfg = GraphConfig(**{k: v for k, v in build.items() if k in fields})
-    cfg = dataclasses.replace(cfg, synonym_threshold=float(index.meta["synonym_threshold"]), synonym_backend="nndescent")
+    cfg = dataclasses.replace(built_graph_config(index.meta), synonym_backend="nndescent")
     start = time.perf_counter()
     approx = entity_synonyms(index.entity_emb, index.entities, cfg)
     seconds = time.perf_counter() - start

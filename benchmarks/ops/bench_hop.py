@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = RetrievalConfig(**({"memory_budget_mb": args.memory_budget_mb} if args.memory_budget_mb else {}))
+    cfg = RetrievalConfig(memory_budget_mb=args.memory_budget_mb)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}", flush=True)
 
     if args.memory_check:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hpengine.config import EditJobConfig, EncoderConfig
+from hpengine.config import EditJobConfig, EncoderConfig, GraphConfig
 from hpengine.errors import UserError
 from hpengine.graph import Index, IndexStore, delete_passages, load_corpus, update_passages
 from hpengine.jobs._index import _EXTRACTOR_RUNTIME, format_report
@@ -52,6 +52,14 @@ def _encoder_config(cfg: EditJobConfig, meta: dict) -> EncoderConfig:
                                    device=given.device)
     except (TypeError, ValueError):  # recorded by another version of the schema
         return given
+
+
+def built_graph_config(meta: dict) -> GraphConfig:
+    """The graph settings an index was built with: its recorded build config (the defaults when it
+    records none), with η as the build resolved it (``meta["synonym_threshold"]``)."""
+    cfg = _as_built("graph", GraphConfig(), _recorded(meta, "graph"))
+    eta = meta.get("synonym_threshold")
+    return cfg if eta is None else dataclasses.replace(cfg, synonym_threshold=float(eta))
 
 
 def _as_built(key: str, given, recorded, runtime: tuple = ()):
