@@ -1,4 +1,6 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,3 +33,17 @@ def builtin_index():
     index, _ = build_index(passages, extractor=FastExtractor(ExtractorConfig()), encoder=encoder,
                            graph_cfg=GraphConfig(synonym_threshold=0.9))
     return index, encoder, load_questions(str(builtin_questions_path()))
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """``name -> module``: a script of benchmarks/ (``"e2e/amplify_corpus"``) imported from its file."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(Path(name).name, root / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

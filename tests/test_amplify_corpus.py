@@ -1,22 +1,15 @@
 """benchmarks/e2e/amplify_corpus.py grows a corpus by renamed copies: deterministic for a seed, copy 0
 is the originals, each copy renames its name words by one bijection (consistent over titles and
 texts), stoplist words stay, titles stay unique per page. A small hand-written pool; no models."""
-import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e" / "amplify_corpus.py"
-
 
 @pytest.fixture(scope="module")
-def amp():
-    spec = importlib.util.spec_from_file_location("amplify_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def amp(load_benchmark):
+    return load_benchmark("e2e/amplify_corpus")
 
 
 FIRST = ["John", "Mary", "Peter", "Anna", "Louis", "Clara", "Oscar", "Edith", "Hugo", "Ingrid", "Felix", "Greta"]

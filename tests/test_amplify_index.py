@@ -2,7 +2,6 @@
 copy j renames names and titles alike, its incidences point into copy j, its embeddings are unit
 noisy copies; the copies' names are near their originals, so the build's synonym search links
 them. A small index of the graph tests' random table; no models."""
-import importlib.util
 import random
 import sys
 from pathlib import Path
@@ -16,15 +15,9 @@ from hpengine.testing._fakes import HashingEncoder
 sys.path.insert(0, str(Path(__file__).resolve().parent / "graph"))
 from test_edit import CFG, TextExtractor, _random_table  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e" / "amplify_index.py"
-
-
 @pytest.fixture(scope="module")
-def amp():
-    spec = importlib.util.spec_from_file_location("amplify_index", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def amp(load_benchmark):
+    return load_benchmark("e2e/amplify_index")
 
 
 @pytest.fixture(scope="module")

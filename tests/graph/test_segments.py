@@ -28,6 +28,14 @@ def add(index, passages, table):
     return add_passages(index, passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)[0]
 
 
+def two_generations(tmp_path, passages, table, first=10):
+    """An index of ``passages[:first]``, then the rest added and saved appending: its folder."""
+    path = tmp_path / "idx"
+    build(passages[:first], table).save(path)
+    add(Index.load(path), passages[first:], table).save(path, append=True)
+    return path
+
+
 def manifest(path):
     return json.loads((path / "index.json").read_text())
 
@@ -76,9 +84,7 @@ def test_past_max_segments_the_index_is_written_whole(tmp_path, parts, monkeypat
 
 def test_nothing_new_links_everything_and_an_edit_writes_whole(tmp_path, parts):
     passages, table = parts
-    path = tmp_path / "idx"
-    build(passages[:10], table).save(path)
-    add(Index.load(path), passages[10:], table).save(path, append=True)
+    path = two_generations(tmp_path, passages, table)
     same = Index.load(path)
     same.save(path, append=True)  # what the GRAG build does: no new rows
     assert manifest(path)["segments"] == 1
@@ -105,9 +111,7 @@ def test_a_generation_without_row_counts_is_written_whole(tmp_path, parts):
 
 def test_damaged_segmented_generations_are_refused(tmp_path, parts):
     passages, table = parts
-    path = tmp_path / "idx"
-    build(passages[:10], table).save(path)
-    add(Index.load(path), passages[10:], table).save(path, append=True)
+    path = two_generations(tmp_path, passages, table)
     m = manifest(path)
     (path / "index.json").write_text(json.dumps({**m, "segments": "two"}))
     with pytest.raises(IndexFormatError, match=r"segments must be an int in \[0, 16\] \(got 'two'\)"):
