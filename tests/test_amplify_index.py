@@ -1,7 +1,8 @@
 """benchmarks/e2e/amplify_index.py copies an index at the structure level: copy 0 is the index,
-copy j renames names and titles alike, its incidences point into copy j, its embeddings are unit
-noisy copies; the copies' names are near their originals, so the build's synonym search links
-them. A small index of the graph tests' random table; no models."""
+copy j renames names and titles alike, its incidences point into copy j, its embeddings are the
+originals turned by one rotation near the identity: every similarity inside a copy is kept, a
+name's variants are near it but below η, so the synonym search finds each copy's own pairs and no
+pair across copies. A small index of the graph tests' random table; no models."""
 import random
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ def index():
 
 
 def test_copies_keep_the_structure(amp, index):
-    big = amp.amplify(index, 3, noise=0.01, seed=1)
+    big = amp.amplify(index, 3, variant_cosine=0.65, seed=1)
     p, h, v = index.num_passages, index.num_facts, index.num_entities
     assert (big.num_passages, big.num_facts, big.num_entities) == (3 * p, 3 * h, 3 * v)
     assert big.passages[:p] == index.passages and big.entities[:v] == index.entities
@@ -41,19 +42,37 @@ def test_copies_keep_the_structure(amp, index):
     assert torch.equal(big.fact_passage[h:2 * h], index.fact_passage + p)
     norms = torch.linalg.vector_norm(big.entity_emb.float(), dim=1)
     assert torch.allclose(norms, torch.ones_like(norms), atol=1e-5)
-    cos = (big.entity_emb[v:2 * v] * index.entity_emb).sum(1)
-    assert float(cos.min()) > 0.95  # a copy's name stays near its original
+    for name, n in (("entity_emb", v), ("fact_emb", h), ("passage_emb", p)):
+        orig, copy = getattr(index, name).double(), getattr(big, name)[n:2 * n].double()
+        assert torch.allclose(copy @ copy.T, orig @ orig.T, atol=1e-5)  # a rotation: similarities kept
+        cos = (copy * orig).sum(1)
+        assert 0.5 < float(cos.min()) and float(cos.max()) < 0.8  # near, below a usual threshold
     big.check()
 
 
-def test_the_copies_names_are_synonyms_of_the_originals(amp, index):
-    big = amp.amplify(index, 2, noise=0.01, seed=1)
+def test_near_rotation_is_orthogonal_with_the_asked_trace(amp):
+    for cosine in (0.3, 0.65, 0.9):
+        q = amp.near_rotation(64, cosine, torch.Generator().manual_seed(2))
+        assert torch.allclose(q @ q.T, torch.eye(64, dtype=torch.float64), atol=1e-10)
+        assert abs(float(q.trace()) / 64 - cosine) < 1e-9
+
+
+def test_each_copy_has_the_originals_synonyms_and_none_across(amp, index):
     cfg = amp.graph_config(index)
+    base = entity_synonyms(index.entity_emb, index.entities, cfg)
+    assert cfg.synonym_threshold == 0.55  # the test graph's η: variants well below it
+    big = amp.amplify(index, 3, variant_cosine=0.3, seed=1)
     pairs = entity_synonyms(big.entity_emb, big.entities, cfg)
     v = index.num_entities
-    linked = {(a, b) for a, b in pairs.t().tolist()}
-    no_digit = [e for e, name in enumerate(index.entities) if not any(c.isdigit() for c in name)]
-    assert no_digit and all((e, e + v) in linked for e in no_digit)
+    assert base.shape[1] > 0
+    want = torch.cat([base + j * v for j in range(3)], dim=1)
+    assert _as_set(pairs) == _as_set(want)
+    checked = amp.synonym_check(big, pairs, cfg, 3, sample=50)
+    assert checked["cross_copy_pairs"] == 0 and checked["recall"] == 1.0 and checked["recall_exact_pairs"] > 0
+
+
+def _as_set(pairs):
+    return set(map(tuple, pairs.t().tolist()))
 
 
 def test_half_precision_copies(amp, index):

@@ -8,14 +8,18 @@ process, with its peak RSS.
 
 Amplification (:func:`amplify`): ``copies`` copies of every passage, fact and entity. Copy 0 is the
 index itself; copy ``j >= 1`` renames every entity (``name ~t``, ``t`` the copy's tag in letters)
-and retitles every passage (``title ~t``, so a name still finds the passage titled with it), keeps the fact and passage texts,
-remaps its incidences to copy j's facts, entities and passages, and takes as embeddings the
-originals plus Gaussian noise of standard deviation ``--noise`` per coordinate, renormalised. Name
-variants thus stay near each other (cosine about ``1 / sqrt(1 + D noise^2)``: 0.98 at the default
-0.01 and D = 384), so the synonym search has a real corpus's work to do and more (each name has
-``copies - 1`` variants above a usual threshold, which a real corpus of the same size would not
-have: its synonym pairs and graph are denser here; ``synonym_max_per_entity`` caps them). Questions
-are the dev mix of ``bench_scale.py``; their gold passages are copy 0's.
+and retitles every passage (``title ~t``, so a name still finds the passage titled with it), keeps
+the fact and passage texts, remaps its incidences to copy j's facts, entities and passages, and
+takes as embeddings the originals turned by one rotation ``Q_j`` near the identity (the same for
+facts, names and passages; :func:`near_rotation`). A rotation keeps every similarity inside a copy,
+so each copy has the original's synonym pairs, links and question geometry, while a name and its
+variant in another copy are near but below a usual threshold (cosine about ``--variant-cosine``,
+0.65 by default: MiniLM names 0.59-0.72 at 0.65, none above η = 0.8). The synonym search thus has
+a real corpus's work to do (every name has ``copies - 1`` close variants to pass over), and the
+synonym pairs, the expanded incidences and the graph grow with the copies as a real corpus's would,
+not faster. It differs from a real corpus of that size in its texts (each repeated ``copies``
+times) and its name statistics (every name occurs ``copies`` times, in the same contexts).
+Questions are the dev mix of ``bench_scale.py``; their gold passages are copy 0's.
 
 Stages: ``amplify`` (the copies), ``synonyms`` (the build's search over all names:
 ``graph.entity_synonyms`` with the index's settings, its backend chosen by size), ``structure``
@@ -49,18 +53,31 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _noisy_copies(emb: torch.Tensor, copies: int, noise: float, seed: int, dtype, rows: int = 1 << 16):
-    """``[copies * N, D]`` in ``dtype``: ``emb`` then ``copies - 1`` renormalised noisy copies of it,
-    made in blocks of ``rows`` rows (the temporaries stay small)."""
-    n, d = emb.shape
-    out = torch.empty(copies * n, d, dtype=dtype)
+def near_rotation(dim: int, cosine: float, generator: torch.Generator) -> torch.Tensor:
+    """float64 ``[D, D]`` orthogonal ``Q = exp(θS)`` (``S`` a random skew-symmetric matrix) with
+    ``trace(Q) / D = cosine``: for any unit ``x``, ``x·Qx`` concentrates about ``cosine`` (its
+    eigenbasis is random)."""
+    g = torch.randn(dim, dim, generator=generator, dtype=torch.float64)
+    skew = (g - g.T) / (2 * dim) ** 0.5
+    freq = torch.linalg.eigvals(skew).imag.abs()  # trace(exp(θS)) / D = mean cos(θ freq)
+    lo, hi = 0.0, torch.pi / float(freq.max())  # mean cos(θ freq) decreases on [0, hi]
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(torch.cos(mid * freq).mean()) > cosine else (lo, mid)
+    return torch.linalg.matrix_exp(lo * skew)
+
+
+def _rotated_copies(emb: torch.Tensor, rotations: list, dtype, rows: int = 1 << 16) -> torch.Tensor:
+    """``[copies * N, D]`` in ``dtype``: ``emb`` then ``emb @ Qᵀ`` for each rotation, made in blocks
+    of ``rows`` rows (the temporaries stay small)."""
+    n = emb.shape[0]
+    out = torch.empty((1 + len(rotations)) * n, emb.shape[1], dtype=dtype)
     out[:n] = emb.to(dtype)
-    g = torch.Generator().manual_seed(seed)
-    for j in range(1, copies):
+    for j, rotation in enumerate(rotations, start=1):
+        turn = rotation.T.float()
         for lo in range(0, n, rows):
-            block = emb[lo:lo + rows].float()
-            block = block + noise * torch.randn(block.shape, generator=g)
-            out[j * n + lo:j * n + lo + len(block)] = torch.nn.functional.normalize(block, dim=1).to(dtype)
+            block = emb[lo:lo + rows].float() @ turn
+            out[j * n + lo:j * n + lo + len(block)] = block.to(dtype)
     return out
 
 
@@ -75,7 +92,7 @@ def _tag(j: int) -> str:
             return out
 
 
-def amplify(index, copies: int, noise: float = 0.01, seed: int = 0, dtype=None):
+def amplify(index, copies: int, variant_cosine: float = 0.65, seed: int = 0, dtype=None):
     """The index with ``copies`` structure-level copies (module docstring); synonyms left empty
     (the caller searches them) and no GRAG parts.
 
@@ -93,15 +110,52 @@ def amplify(index, copies: int, noise: float = 0.01, seed: int = 0, dtype=None):
     shifts = torch.arange(copies).repeat_interleave(raw.shape[1])
     fact_entity_raw = torch.stack([raw[0].repeat(copies) + shifts * h, raw[1].repeat(copies) + shifts * v])
     fact_passage = index.fact_passage.repeat(copies) + torch.arange(copies).repeat_interleave(h) * p
-    emb = {name: _noisy_copies(getattr(index, name), copies, noise, seed + k, dtype)
-           for k, name in enumerate(("fact_emb", "entity_emb", "passage_emb")) if getattr(index, name) is not None}
+    gen = torch.Generator().manual_seed(seed)
+    rotations = [near_rotation(index.fact_emb.shape[1], variant_cosine, gen) for _ in range(1, copies)]
+    emb = {name: _rotated_copies(getattr(index, name), rotations, dtype)
+           for name in ("fact_emb", "entity_emb", "passage_emb") if getattr(index, name) is not None}
     meta = {k: val for k, val in index.meta.items() if k not in ("build_report", "add_reports")}
-    meta["amplified"] = {"copies": copies, "noise": noise, "seed": seed, "from": {"passages": p, "facts": h,
+    meta["amplified"] = {"copies": copies, "variant_cosine": variant_cosine, "seed": seed, "from": {"passages": p, "facts": h,
                                                                                  "entities": v}}
     return Index(passages=passages, facts=list(index.facts) * copies, entities=entities, fact_passage=fact_passage,
                  fact_entity_raw=fact_entity_raw, synonyms=torch.zeros(2, 0, dtype=torch.int64),
                  fact_emb=emb["fact_emb"], entity_emb=emb["entity_emb"], passage_emb=emb.get("passage_emb"),
                  meta=meta)
+
+
+def synonym_check(index, pairs: torch.Tensor, cfg, copies: int, sample: int = 2000, seed: int = 0,
+                  rows: int = 1 << 15) -> dict:
+    """The synonym search's pair recall on ``sample`` random eligible names (their exact pairs:
+    every eligible name with cosine >= η, the ``synonym_max_per_entity`` nearest, by brute force),
+    and how many pairs join different copies.
+
+    Shapes:
+        pairs ``[2, n]`` symmetric -> counts.
+    """
+    from hpengine.graph._builder import _synonym_eligible
+
+    eligible = torch.nonzero(_synonym_eligible(index.entities, cfg, "cpu")).squeeze(1)
+    gen = torch.Generator().manual_seed(seed)
+    queries = eligible[torch.randperm(len(eligible), generator=gen)[:sample]]
+    q = index.entity_emb[queries].float()
+    hits = []
+    for lo in range(0, len(eligible), rows):
+        keys = eligible[lo:lo + rows]
+        sim = q @ index.entity_emb[keys].float().T
+        sim[queries[:, None] == keys[None, :]] = -2.0
+        row, col = (sim >= cfg.synonym_threshold).nonzero(as_tuple=True)
+        hits.append(torch.stack([row.double(), keys[col].double(), sim[row, col].double()]))
+    hits = torch.cat(hits, dim=1)
+    exact = set()
+    for i in range(len(queries)):
+        mine = hits[:, hits[0] == i]
+        top = mine[:, mine[2].argsort(descending=True)[:cfg.synonym_max_per_entity or None]]
+        exact |= {(int(queries[i]), int(b)) for b in top[1].tolist()}
+    found = set(map(tuple, pairs.t().tolist()))
+    v = index.num_entities // copies
+    return {"pairs": int(pairs.shape[1]), "cross_copy_pairs": int((pairs[0] // v != pairs[1] // v).sum()),
+            "recall_sample_names": len(queries), "recall_exact_pairs": len(exact),
+            "recall": round(len(exact & found) / max(1, len(exact)), 4)}
 
 
 def graph_config(index):
@@ -131,9 +185,13 @@ def run(args) -> dict:
 
     base = timed("load_base", lambda: Index.load(args.index, mmap=False))
     cfg = graph_config(base)
-    big = timed("amplify", lambda: amplify(base, args.copies, args.noise, args.seed, DTYPES.get(args.dtype)))
+    if args.synonym_ann_dims is not None:
+        cfg = dataclasses.replace(cfg, synonym_ann_dims=args.synonym_ann_dims)
+    big = timed("amplify", lambda: amplify(base, args.copies, args.variant_cosine, args.seed, DTYPES.get(args.dtype)))
     del base
     big.synonyms = timed("synonyms", lambda: entity_synonyms(big.entity_emb, big.entities, cfg))
+    checked = synonym_check(big, big.synonyms, cfg, args.copies, args.recall_queries, args.seed) if args.recall_queries else {}
+    print(f"synonym search: {checked}", flush=True)
     timed("structure", lambda: big.graph.transition())
     counts = {**big.summary(), "embedding_dtype": str(big.fact_emb.dtype)}
     print(f"amplified: {counts}", flush=True)
@@ -155,7 +213,7 @@ def run(args) -> dict:
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
-    return {"index": args.index, "copies": args.copies, "noise": args.noise, "counts": counts, "seconds": stages,
+    return {"index": args.index, "copies": args.copies, "variant_cosine": args.variant_cosine, "counts": counts, "synonyms": checked, "seconds": stages,
             "peak_rss_mib_after": rss, "methods": methods, "questions": len(questions),
             "loadavg_end": list(os.getloadavg())}
 
@@ -164,11 +222,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", required=True, help="a built index (bench_scale.py --keep-indexes keeps them)")
     ap.add_argument("--copies", type=int, default=10)
-    ap.add_argument("--noise", type=float, default=0.01)
+    ap.add_argument("--variant-cosine", type=float, default=0.65,
+                    help="cosine of a copy's embedding to its original (the rotations' trace / D)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="the embeddings' stored dtype")
     ap.add_argument("--work-dir", default="/tmp/hpengine_amplified")
+    ap.add_argument("--synonym-ann-dims", type=int, default=None,
+                    help="graph.synonym_ann_dims of the synonym search (default: the index's, by size)")
     ap.add_argument("--keep-index", action="store_true")
+    ap.add_argument("--recall-queries", type=int, default=2000,
+                    help="names whose exact synonym pairs are found by brute force (untimed check; 0: none)")
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[3] / "shared" / "data"))
     ap.add_argument("--questions", type=int, default=1024)
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])

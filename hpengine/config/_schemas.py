@@ -117,6 +117,9 @@ class GraphConfig:
     synonym_exact_max_keys: int = 100_000
     # nndescent: graph neighbours (candidates) per name, 2 to MAX_TOP = 1000 (recall vs time: bench_synonyms.py)
     synonym_ann_neighbors: int = 24
+    # nndescent: dimensions it searches (the names' top principal directions; candidates re-scored on the
+    # full embeddings); 0: by size (full while their float32 copy is <= 2 GiB, else 128)
+    synonym_ann_dims: int = 0
     synonym_skip_digits: bool = True  # names with digits (dates, years) match only exactly
 
     def __post_init__(self):
@@ -128,6 +131,7 @@ class GraphConfig:
         _check_choice("graph.synonym_backend", self.synonym_backend, {"auto", "torch", "faiss", "nndescent"})
         _check_range("graph.synonym_exact_max_keys", self.synonym_exact_max_keys, 0, 10**9)  # a billion names
         _check_range("graph.synonym_ann_neighbors", self.synonym_ann_neighbors, 2, MAX_TOP)
+        _check_range("graph.synonym_ann_dims", self.synonym_ann_dims, 0, MAX_TOP)
 
 
 @dataclass

@@ -66,6 +66,11 @@ def _synonym_eligible(names: list, cfg: GraphConfig, device) -> Tensor:
     return torch.tensor([not any(ch.isdigit() for ch in name) for name in names], dtype=torch.bool, device=device)
 
 
+def _is_approximate(cfg: GraphConfig, num_keys: int) -> bool:
+    """Whether the synonym search of ``num_keys`` names is the approximate one."""
+    return cfg.synonym_backend == "nndescent" or (cfg.synonym_backend == "auto" and num_keys > cfg.synonym_exact_max_keys)
+
+
 def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: GraphConfig) -> Tensor:
     """Synonym pairs (new entity, any entity) among eligible entities, self pairs removed.
 
@@ -73,13 +78,24 @@ def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: Grap
         entity_emb ``[V, D]``, eligible ``[V]`` -> ``[2, n]``.
     """
     key_ids = torch.nonzero(eligible).squeeze(1)  # build time, not a hot path
-    query_ids = key_ids[key_ids >= first_new]
     cap = cfg.synonym_max_per_entity + 1 if cfg.synonym_max_per_entity else 0  # +1: the entity itself
-    pairs = synonym_pairs(entity_emb[query_ids], entity_emb[key_ids], threshold=cfg.synonym_threshold,
-                          max_per_entity=cap, block_size=cfg.synonym_block_size, exclude_self=False,
-                          backend=cfg.synonym_backend, exact_max_keys=cfg.synonym_exact_max_keys,
-                          ann_neighbors=cfg.synonym_ann_neighbors)
-    pairs = torch.stack([query_ids[pairs[0]], key_ids[pairs[1]]])
+    options = dict(threshold=cfg.synonym_threshold, max_per_entity=cap, block_size=cfg.synonym_block_size,
+                   exclude_self=False, exact_max_keys=cfg.synonym_exact_max_keys,
+                   ann_neighbors=cfg.synonym_ann_neighbors, ann_dims=cfg.synonym_ann_dims)
+    if _is_approximate(cfg, len(key_ids)):
+        # every name is searched (the tables as they are: no copy of millions of names' embeddings)
+        # and pairs with an ineligible name are dropped after; such a name can take one of a
+        # name's candidates or, above η, one of its max_per_entity places
+        pairs = synonym_pairs(entity_emb[first_new:], entity_emb, query_offset=first_new, backend="nndescent",
+                              **options)
+        pairs = pairs[:, eligible[pairs[0]] & eligible[pairs[1]]]
+        return pairs[:, pairs[0] != pairs[1]]
+    # the queries are the new eligible entities: a suffix of the keys, searched as a view of them
+    # (no second copy of the names' embeddings)
+    offset = int((key_ids < first_new).sum())
+    keys = entity_emb if len(key_ids) == len(entity_emb) else entity_emb[key_ids]
+    pairs = synonym_pairs(keys[offset:], keys, query_offset=offset, backend=cfg.synonym_backend, **options)
+    pairs = key_ids[pairs]
     return pairs[:, pairs[0] != pairs[1]]
 
 

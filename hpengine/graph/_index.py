@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
 from hpengine.errors import UserError
 from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
-from hpengine.graph._mmap import map_safetensors, read_safetensors
+from hpengine.graph._mmap import map_safetensors, read_safetensors, write_safetensors
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, SEGMENTED_VERSION, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
 from hpengine.graph._synonyms import expand_with_synonyms
@@ -384,12 +384,7 @@ def _segment(i: int) -> str:
 
 
 def _save_tensors(tensors: dict, path: Path) -> None:
-    try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
-    except OSError:
-        raise
-    except Exception as exc:  # safetensors wraps I/O errors in its own type
-        raise OSError(str(exc)) from exc
+    write_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, path)
     _fsync_file(path)
 
 

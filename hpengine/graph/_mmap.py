@@ -1,4 +1,4 @@
-"""A safetensors file as tensors that are views of one copy-on-write memory mapping of it.
+"""safetensors files read as views of one copy-on-write memory mapping, and written without a copy.
 
 ``safetensors`` is an 8-byte little-endian header length ``n``, ``n`` bytes of JSON
 (``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, offsets
@@ -10,6 +10,10 @@ first touches it, and an in-place edit of a tensor copies that page instead of w
 Mapping is safe because the index store never rewrites a generation's files in place: a writer
 writes a new generation and unlinks old ones, and on Linux an unlinked file stays readable while
 it is mapped. (Truncating a mapped file by hand would make a later access fail with SIGBUS.)
+
+:func:`write_safetensors` writes the file safetensors' own ``save_file`` writes, byte for byte,
+from the tensors' memory: ``save_file`` first copies every tensor into one bytes object, which
+doubles the memory of saving a large index.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ _DTYPES = {name: getattr(torch, attr) for name, attr in (
     ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("I64", "int64"), ("I32", "int32"),
     ("I16", "int16"), ("I8", "int8"), ("U64", "uint64"), ("U32", "uint32"), ("U16", "uint16"),
     ("U8", "uint8"), ("BOOL", "bool")) if hasattr(torch, attr)}
+#: the order safetensors writes tensors in: by dtype, in reverse of this list, then by name
+_WRITE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64",
+                "I64", "U64"]
 #: largest header accepted (safetensors' own limit)
 _MAX_HEADER = 100_000_000
 
@@ -97,6 +104,39 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
                 done += got
             tensors[name] = out
     return tensors
+
+
+def write_safetensors(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict | None = None) -> None:
+    """Write ``tensors`` (contiguous CPU tensors) to ``path`` as safetensors' ``save_file`` does,
+    straight from their memory (no copy of the data). Not durable by itself: the caller fsyncs.
+
+    Raises:
+        ValueError: a tensor is not a contiguous CPU tensor, or its dtype has no safetensors name.
+    """
+    names = {dtype: name for name, dtype in _DTYPES.items()}
+    entries = []
+    for name, tensor in tensors.items():
+        if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.dtype not in names:
+            raise ValueError(f"write_safetensors: tensor {name!r} must be a contiguous CPU tensor of a "
+                             f"safetensors dtype (got {tensor.dtype} on {tensor.device})")
+        entries.append((-_WRITE_ORDER.index(names[tensor.dtype]), name, tensor))
+    entries.sort(key=lambda e: e[:2])
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = dict(sorted(metadata.items()))  # as safetensors orders it
+    for _, name, tensor in entries:
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": names[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for _, _, tensor in entries:
+            if tensor.numel():
+                f.write(memoryview(tensor.view(-1).view(torch.uint8).numpy()))
 
 
 def _size(path: Path, size: int | None = None) -> int:

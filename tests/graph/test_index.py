@@ -95,7 +95,7 @@ def test_interrupted_save_keeps_previous(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise KeyboardInterrupt("simulated crash while writing tensors")
 
-    monkeypatch.setattr("hpengine.graph._index.save_file", boom)
+    monkeypatch.setattr("hpengine.graph._index.write_safetensors", boom)
     with pytest.raises(KeyboardInterrupt):
         second.save(path)
     monkeypatch.undo()

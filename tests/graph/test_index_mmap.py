@@ -310,3 +310,24 @@ def test_in_place_edits_of_a_mapped_tensor_never_reach_the_file(saved):
     del first
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
     assert torch.equal(Index.load(saved).fact_emb, original)
+
+
+@pytest.mark.parametrize("metadata", [None, {"format": "pt", "k": "v"}])
+def test_write_safetensors_writes_save_files_bytes(tmp_path, metadata):
+    """The index's writer (no copy of the data) against safetensors' own save_file: the same
+    bytes, for every dtype the index stores, empty and scalar tensors, names in any order."""
+    from hpengine.graph._mmap import write_safetensors
+
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"z_emb": torch.randn(7, 5, generator=gen).half(), "b16": torch.randn(3, generator=gen).bfloat16(),
+               "ids": torch.arange(11), "a": torch.randn(2, 3, generator=gen), "f64": torch.randn(4).double(),
+               "i32": torch.arange(6, dtype=torch.int32).view(2, 3), "mask": torch.tensor([True, False, True]),
+               "u8": torch.arange(9, dtype=torch.uint8), "empty": torch.zeros(0, 4), "scalar": torch.tensor(2.5),
+               "i16": torch.arange(3, dtype=torch.int16), "i8": torch.arange(5, dtype=torch.int8)}
+    save_file(tensors, str(tmp_path / "ref.safetensors"), metadata=metadata)
+    write_safetensors(tensors, tmp_path / "ours.safetensors", metadata=metadata)
+    assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
+    back = load_file(str(tmp_path / "ours.safetensors"))
+    assert back.keys() == tensors.keys() and all(torch.equal(back[k], tensors[k]) for k in tensors)
+    with pytest.raises(ValueError, match="tensor 'a' must be a contiguous CPU tensor"):
+        write_safetensors({"a": torch.randn(3, 4).T}, tmp_path / "bad.safetensors")

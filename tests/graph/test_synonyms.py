@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 
@@ -223,7 +225,7 @@ def _pair_sims(pairs: torch.Tensor, sims: torch.Tensor) -> dict:
     return dict(zip(map(tuple, pairs.t().tolist()), sims.tolist()))
 
 
-def _exact_candidates(queries, keys, query_offset, num_candidates, seed):
+def _exact_candidates(queries, keys, query_offset, num_candidates, seed, ann_dims=0):
     """A stand-in for the k-NN graph: each query's true top ``num_candidates`` keys (float64)."""
     return (queries.double() @ keys.double().T).topk(num_candidates, dim=1).indices
 
@@ -373,5 +375,116 @@ def test_builder_passes_the_approximate_settings(monkeypatch):
     emb = _clustered(900, seed=6)
     eligible = torch.ones(900, dtype=torch.bool)
     exact = _synonyms_of(emb, eligible, 0, GraphConfig(synonym_threshold=THRESHOLD))
-    forced = GraphConfig(synonym_threshold=THRESHOLD, synonym_exact_max_keys=100, synonym_ann_neighbors=30)
-    assert torch.equal(_synonyms_of(emb, eligible, 0, forced), exact) and seen == [(30, 0)]
+    forced = GraphConfig(synonym_threshold=THRESHOLD, synonym_exact_max_keys=100, synonym_ann_neighbors=30,
+                         synonym_ann_dims=16)
+    assert torch.equal(_synonyms_of(emb, eligible, 0, forced), exact) and seen == [(30, 0, 16)]
+
+
+def test_builder_searches_new_names_as_a_suffix_of_the_keys():
+    """An add's search (new names against all, some names not eligible) equals the exact search
+    of the eligible names, new ones as queries, in entity ids."""
+    from hpengine.config import GraphConfig
+    from hpengine.graph._builder import _synonyms_of
+
+    emb = _clustered(600, seed=8)
+    eligible = torch.rand(600, generator=torch.Generator().manual_seed(0)) > 0.2
+    cfg = GraphConfig(synonym_threshold=THRESHOLD)
+    got = _synonyms_of(emb, eligible, 450, cfg)
+    ids = torch.nonzero(eligible).squeeze(1)
+    sim = emb.double() @ emb.double().T
+    want = {(int(a), int(b)) for a in ids[ids >= 450] for b in ids if a != b and sim[a, b] >= THRESHOLD}
+    assert want and _as_set(got) == want  # the cap of 16 never binds here
+
+
+def test_principal_projection_is_the_top_eigenvectors_for_any_block_size():
+    from hpengine.graph._synonyms import principal_projection
+
+    emb = _clustered(700, dim=24, seed=2)
+    values, vectors = torch.linalg.eigh(emb.double().T @ emb.double())
+    want = vectors[:, -6:].flip(1)
+    for block in (1, 64, 1 << 16):
+        got = principal_projection(emb, 6, block_size=block).double()
+        assert got.shape == (24, 6)
+        assert torch.allclose(got.T @ got, torch.eye(6, dtype=torch.float64), atol=1e-5)
+        assert torch.allclose((got * want).sum(0).abs(), torch.ones(6, dtype=torch.float64), atol=1e-4)
+
+
+def test_searched_dims_by_size():
+    from hpengine.graph._synonyms import ANN_FULL_MAX_BYTES, searched_dims
+
+    full = ANN_FULL_MAX_BYTES // (384 * 4)
+    assert searched_dims(full, 384) == 384 and searched_dims(full + 1, 384) == 128
+    assert searched_dims(10, 384, 64) == 64 and searched_dims(10, 32, 64) == 32
+    with pytest.raises(ValueError, match=r"ann_dims must be an int >= 0 \(got -1\)"):
+        synonym_pairs(torch.eye(3), torch.eye(3), ann_dims=-1)
+
+
+class _ExactGraph:
+    """Stand-in for pynndescent.NNDescent: the exact k-NN graph of what it is given (recorded)."""
+
+    given = []
+
+    def __init__(self, data, n_neighbors, **kwargs):
+        _ExactGraph.given.append(data.shape)
+        x = torch.from_numpy(data).double()
+        self.neighbor_graph = ((x @ x.T).topk(n_neighbors, dim=1).indices.numpy(), None)
+
+
+def test_nndescent_searches_the_projection_and_rescores_on_the_full_embeddings(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "pynndescent", types.SimpleNamespace(NNDescent=_ExactGraph))
+    _ExactGraph.given.clear()
+    emb = _clustered(800, dim=32, seed=4)
+    exact, exact_sim = synonym_pairs(emb, emb, backend="torch", return_similarity=True)
+    full, full_sim = synonym_pairs(emb, emb, backend="nndescent", return_similarity=True)
+    low, low_sim = synonym_pairs(emb.half(), emb.half(), backend="nndescent", ann_dims=8, ann_neighbors=40,
+                                 return_similarity=True)
+    assert _ExactGraph.given == [(800, 32), (800, 8)]
+    assert torch.equal(full, exact)
+    exact_d, low_d = _pair_sims(exact, exact_sim), _pair_sims(low, low_sim)
+    # every pair found has the cosine of the full (half-precision) embeddings; a few are missed
+    assert set(low_d) <= set(exact_d) and len(low_d) >= 0.9 * len(exact_d)
+    assert all(abs(low_d[p] - exact_d[p]) < 2e-3 for p in low_d)
+
+
+def test_blocked_graph_finds_pairs_within_shared_cells(monkeypatch):
+    """Above ANN_BLOCK_KEYS names a self-join runs NN-descent per name block (k-means cells, every
+    name in its two nearest): with exact graphs per cell, every pair found is exact and the pairs
+    missed are only those whose names share no cell."""
+    import types
+
+    import hpengine.graph._synonyms as mod
+
+    monkeypatch.setitem(sys.modules, "pynndescent", types.SimpleNamespace(NNDescent=_ExactGraph))
+    monkeypatch.setattr(mod, "ANN_BLOCK_KEYS", 400)
+    _ExactGraph.given.clear()
+    emb = _clustered(1500, dim=16, seed=11)
+    exact, exact_sim = synonym_pairs(emb, emb, backend="torch", return_similarity=True)
+    got, got_sim = synonym_pairs(emb, emb, backend="nndescent", ann_neighbors=20, return_similarity=True)
+    assert len(_ExactGraph.given) == 8  # ceil(2 * 1500 / 400) cells, one graph each
+    assert sum(shape[0] for shape in _ExactGraph.given) == 2 * 1500
+    exact_d, got_d = _pair_sims(exact, exact_sim), _pair_sims(got, got_sim)
+    assert set(got_d) <= set(exact_d) and all(abs(got_d[p] - exact_d[p]) < 1e-6 for p in got_d)
+    cells = mod._cells_of(emb, None, 8, 0)
+    share = {p for p in exact_d if set(cells[p[0]].tolist()) & set(cells[p[1]].tolist())}
+    assert set(got_d) == share and len(share) >= 0.95 * len(exact_d)
+
+
+def test_builder_approximate_search_drops_ineligible_names(monkeypatch):
+    """The approximate path searches every name (no gathered copy) and drops pairs with an
+    ineligible one: with a perfect graph and a cap that does not bind, the exact pairs of the
+    eligible names, for a build and for an add."""
+    import hpengine.graph._synonyms as mod
+    from hpengine.config import GraphConfig
+    from hpengine.graph._builder import _synonyms_of
+
+    monkeypatch.setattr(mod, "_nndescent_candidates", lambda *a: _exact_candidates(*a))
+    emb = _clustered(700, seed=10)
+    eligible = torch.rand(700, generator=torch.Generator().manual_seed(1)) > 0.3
+    exact_cfg = GraphConfig(synonym_threshold=THRESHOLD)
+    approx_cfg = GraphConfig(synonym_threshold=THRESHOLD, synonym_backend="nndescent", synonym_ann_neighbors=40)
+    for first_new in (0, 500):
+        want = _synonyms_of(emb, eligible, first_new, exact_cfg)
+        got = _synonyms_of(emb, eligible, first_new, approx_cfg)
+        assert want.shape[1] > 0 and _as_set(got) == _as_set(want)
