@@ -22,10 +22,13 @@ times) and its name statistics (every name occurs ``copies`` times, in the same 
 Questions are the dev mix of ``bench_scale.py``; their gold passages are copy 0's.
 
 Stages: ``amplify`` (the copies), ``synonyms`` (the build's search over all names:
-``graph.entity_synonyms`` with the index's settings, its backend chosen by size), ``structure``
-(the hypergraph's CSR caches), ``save`` (``Index.save``), ``load`` (a fresh ``Index.load``,
-memory-mapped), then each method on ``--questions`` questions (``hpengine.jobs.evaluate``). Peak RSS
-after each stage (the process's high-water mark so far). ``--dtype float16`` stores the copies'
+``graph.entity_synonyms`` with the index's settings, its backend chosen by size), ``save``
+(``Index.save``: what a build writes), ``load`` (a fresh ``Index.load``, memory-mapped, as a
+serving process loads it), ``structure`` (the loaded index's expanded incidence and transition
+operator, which its readers derive), then each method on ``--questions`` questions
+(``hpengine.jobs.evaluate``). Each stage's own peak RSS (the high-water mark reset before it, Linux
+``/proc/self/clear_refs``; the process's high-water mark so far elsewhere); the memory-mapped
+embeddings count once a stage touches their pages. ``--dtype float16`` stores the copies'
 embeddings in half precision (half the memory; the retrieval ops accept it).
 """
 from __future__ import annotations
@@ -49,7 +52,26 @@ from _harness import Record, add_common_args, finish, write_json  # noqa: E402
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def _rss_mib() -> float:
+def _reset_peak() -> bool:
+    """Reset the process's resident high-water mark (Linux: ``5 > /proc/self/clear_refs``), so the
+    next :func:`_peak_mib` is one stage's own peak; False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mib() -> float:
+    """Peak RSS in MiB since the last reset (``VmHWM``), else the process's high-water mark."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -151,7 +173,8 @@ def synonym_check(index, pairs: torch.Tensor, cfg, copies: int, sample: int = 20
         mine = hits[:, hits[0] == i]
         top = mine[:, mine[2].argsort(descending=True)[:cfg.synonym_max_per_entity or None]]
         exact |= {(int(queries[i]), int(b)) for b in top[1].tolist()}
-    found = set(map(tuple, pairs.t().tolist()))
+    mine = pairs[:, torch.isin(pairs[0], queries)]  # only the sampled names' pairs become Python tuples
+    found = set(map(tuple, mine.t().tolist()))
     v = index.num_entities // copies
     return {"pairs": int(pairs.shape[1]), "cross_copy_pairs": int((pairs[0] // v != pairs[1] // v).sum()),
             "recall_sample_names": len(queries), "recall_exact_pairs": len(exact),
@@ -176,10 +199,11 @@ def run(args) -> dict:
     stages, rss = {}, {}
 
     def timed(name, fn):
+        _reset_peak()
         start = time.perf_counter()
         out = fn()
         stages[name] = round(time.perf_counter() - start, 3)
-        rss[name] = round(_rss_mib(), 1)
+        rss[name] = round(_peak_mib(), 1)
         print(f"{name}: {stages[name]:.1f} s, peak RSS {rss[name]:,.0f} MiB", flush=True)
         return out
 
@@ -192,13 +216,13 @@ def run(args) -> dict:
     big.synonyms = timed("synonyms", lambda: entity_synonyms(big.entity_emb, big.entities, cfg))
     checked = synonym_check(big, big.synonyms, cfg, args.copies, args.recall_queries, args.seed) if args.recall_queries else {}
     print(f"synonym search: {checked}", flush=True)
-    timed("structure", lambda: big.graph.transition())
-    counts = {**big.summary(), "embedding_dtype": str(big.fact_emb.dtype)}
-    print(f"amplified: {counts}", flush=True)
     out = Path(args.work_dir) / f"index_x{args.copies}"
-    timed("save", lambda: big.save(out))
+    timed("save", lambda: big.save(out))  # what a build writes; the structure is derived by its readers
     del big
     index = timed("load", lambda: Index.load(out))
+    timed("structure", lambda: index.graph.transition())
+    counts = {**index.summary(), "embedding_dtype": str(index.fact_emb.dtype)}
+    print(f"amplified: {counts}", flush=True)
     encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
     questions = question_mix(args.data_dir, args.questions, args.seed)
     methods = {}
@@ -214,7 +238,7 @@ def run(args) -> dict:
 
         shutil.rmtree(out, ignore_errors=True)
     return {"index": args.index, "copies": args.copies, "variant_cosine": args.variant_cosine, "counts": counts, "synonyms": checked, "seconds": stages,
-            "peak_rss_mib_after": rss, "methods": methods, "questions": len(questions),
+            "peak_rss_mib": rss, "methods": methods, "questions": len(questions),
             "loadavg_end": list(os.getloadavg())}
 
 
@@ -247,7 +271,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report = run(args)
     n = report["counts"]["passages"]
-    records = [Record("amplified", stage, {"passages": n}, sec, n, 1, report["peak_rss_mib_after"][stage])
+    records = [Record("amplified", stage, {"passages": n}, sec, n, 1, report["peak_rss_mib"][stage])
                for stage, sec in report["seconds"].items()]
     return finish(args, records, meta=report)
 
