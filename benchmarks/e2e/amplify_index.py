@@ -1,10 +1,11 @@
 """The engine stages at a size too large to extract and encode on this CPU: a built index amplified
-at the structure level, then synonyms, structure, save, load and the question mix timed in one
-process, with its peak RSS.
+at the structure level, its build stages (synonyms, save) timed in this process and its reader
+stages (load, structure, the question mix) in a fresh one, each stage with its own peak RSS.
 
     python benchmarks/e2e/amplify_index.py --index /work/scale/index_100000 --copies 10 \
         --work-dir /work/scale --label engine_1m
     python benchmarks/e2e/amplify_index.py --index /work/scale/index_10000 --copies 10 --work-dir /tmp/a  # 100k
+    python benchmarks/e2e/amplify_index.py --serve /work/scale/index_x10   # reader stages of a kept index
 
 Amplification (:func:`amplify`): ``copies`` copies of every passage, fact and entity. Copy 0 is the
 index itself; copy ``j >= 1`` renames every entity (``name ~t``, ``t`` the copy's tag in letters)
@@ -23,9 +24,9 @@ Questions are the dev mix of ``bench_scale.py``; their gold passages are copy 0'
 
 Stages: ``amplify`` (the copies), ``synonyms`` (the build's search over all names:
 ``graph.entity_synonyms`` with the index's settings, its backend chosen by size), ``save``
-(``Index.save``: what a build writes), ``load`` (a fresh ``Index.load``, memory-mapped, as a
-serving process loads it), ``structure`` (the loaded index's expanded incidence and transition
-operator, which its readers derive), then each method on ``--questions`` questions
+(``Index.save``: what a build writes), then in a fresh process, as a serving process would:
+``load`` (``Index.load``, memory-mapped), ``structure`` (the loaded index's expanded incidence and
+transition operator, which its readers derive), then each method on ``--questions`` questions
 (``hpengine.jobs.evaluate``). Each stage's own peak RSS (the high-water mark reset before it, Linux
 ``/proc/self/clear_refs``; the process's high-water mark so far elsewhere); the memory-mapped
 embeddings count once a stage touches their pages. ``--dtype float16`` stores the copies'
@@ -35,8 +36,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -188,16 +191,8 @@ def graph_config(index):
     return dataclasses.replace(built_graph_config(index.meta), synonym_backend="auto")
 
 
-def run(args) -> dict:
-    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
-    from hpengine.graph import Index, entity_synonyms
-    from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
-
-    from bench_scale import WARMUP_QUESTIONS, question_mix
-
-    stages, rss = {}, {}
-
+def _timer(stages: dict, rss: dict):
+    """``timed(name, fn)``: runs ``fn``, records its seconds and its own peak RSS under ``name``."""
     def timed(name, fn):
         _reset_peak()
         start = time.perf_counter()
@@ -206,6 +201,13 @@ def run(args) -> dict:
         rss[name] = round(_peak_mib(), 1)
         print(f"{name}: {stages[name]:.1f} s, peak RSS {rss[name]:,.0f} MiB", flush=True)
         return out
+
+    return timed
+
+
+def build_stages(args, timed) -> tuple[Path, dict]:
+    """amplify, synonyms, save: what a build does; the saved folder and the synonym check."""
+    from hpengine.graph import Index, entity_synonyms
 
     base = timed("load_base", lambda: Index.load(args.index, mmap=False))
     cfg = graph_config(base)
@@ -217,12 +219,24 @@ def run(args) -> dict:
     checked = synonym_check(big, big.synonyms, cfg, args.copies, args.recall_queries, args.seed) if args.recall_queries else {}
     print(f"synonym search: {checked}", flush=True)
     out = Path(args.work_dir) / f"index_x{args.copies}"
-    timed("save", lambda: big.save(out))  # what a build writes; the structure is derived by its readers
-    del big
-    index = timed("load", lambda: Index.load(out))
+    timed("save", lambda: big.save(out))
+    return out, checked
+
+
+def reader_stages(args, folder: Path, timed) -> dict:
+    """load (memory-mapped), structure, the question mix: what a serving process does with the
+    saved index."""
+    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
+    from hpengine.graph import Index
+    from hpengine.jobs import evaluate
+    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+
+    from bench_scale import WARMUP_QUESTIONS, question_mix
+
+    index = timed("load", lambda: Index.load(folder))
     timed("structure", lambda: index.graph.transition())
     counts = {**index.summary(), "embedding_dtype": str(index.fact_emb.dtype)}
-    print(f"amplified: {counts}", flush=True)
+    print(f"index: {counts}", flush=True)
     encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
     questions = question_mix(args.data_dir, args.questions, args.seed)
     methods = {}
@@ -233,18 +247,46 @@ def run(args) -> dict:
                     lambda: evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False))
         methods[method] = {k: res[k] for k in ("wall_seconds", "questions_per_second", "recall@5")}
         methods[method]["stage_seconds"] = res["seconds"]
+    return {"counts": counts, "methods": methods, "questions": len(questions)}
+
+
+def _reader_process(args, folder: Path) -> dict:
+    """:func:`reader_stages` in a fresh process, as a serving process would load the index (the
+    build's freed Python objects would otherwise stay in this process's RSS)."""
+    cmd = [sys.executable, __file__, "--serve", str(folder), "--data-dir", args.data_dir, "--questions",
+           str(args.questions), "--batch-size", str(args.batch_size), "--encoder-dtype", args.encoder_dtype,
+           "--seed", str(args.seed), "--threads", str(args.threads), "--json-line", "--methods", *args.methods]
+    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    lines = done.stdout.strip().splitlines()
+    print("\n".join(lines[:-1]), flush=True)
+    return json.loads(lines[-1])
+
+
+def run(args) -> dict:
+    stages, rss = {}, {}
+    timed = _timer(stages, rss)
+    if args.serve:
+        return {**reader_stages(args, Path(args.serve), timed), "index": args.serve, "seconds": stages,
+                "peak_rss_mib": rss}
+    out, checked = build_stages(args, timed)
+    reader = _reader_process(args, out)
+    stages.update(reader.pop("seconds"))
+    rss.update(reader.pop("peak_rss_mib"))
     if not args.keep_index:
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
-    return {"index": args.index, "copies": args.copies, "variant_cosine": args.variant_cosine, "counts": counts, "synonyms": checked, "seconds": stages,
-            "peak_rss_mib": rss, "methods": methods, "questions": len(questions),
-            "loadavg_end": list(os.getloadavg())}
+    return {"index": args.index, "copies": args.copies, "variant_cosine": args.variant_cosine, **reader,
+            "synonyms": checked, "seconds": stages, "peak_rss_mib": rss, "loadavg_end": list(os.getloadavg())}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--index", required=True, help="a built index (bench_scale.py --keep-indexes keeps them)")
+    ap.add_argument("--index", help="a built index (bench_scale.py --keep-indexes keeps them)")
+    ap.add_argument("--serve", metavar="FOLDER",
+                    help="only the reader stages (load, structure, questions) on an amplified index kept by "
+                         "--keep-index")
+    ap.add_argument("--json-line", action="store_true", help=argparse.SUPPRESS)  # --serve's report as the last line
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--variant-cosine", type=float, default=0.65,
                     help="cosine of a copy's embedding to its original (the rotations' trace / D)")
@@ -265,11 +307,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.copies < 1:
         ap.error(f"--copies must be >= 1 (got {args.copies})")
+    if not (args.index or args.serve):
+        ap.error("give --index (amplify and run every stage) or --serve (the reader stages of a kept index)")
     if args.threads:
         torch.set_num_threads(args.threads)
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report = run(args)
+    if args.json_line:
+        print(json.dumps(report))
+        return 0
     n = report["counts"]["passages"]
     records = [Record("amplified", stage, {"passages": n}, sec, n, 1, report["peak_rss_mib"][stage])
                for stage, sec in report["seconds"].items()]

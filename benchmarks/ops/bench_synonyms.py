@@ -36,6 +36,8 @@ Data (``--data``):
              digits (~119k) plus surface variants of them ("J. Smith", "Smith", lower case,
              "the X", "X (film)", ...) up to the largest V; encoded once into --minilm-cache
              (~15-20 min for 200k names on 2 cores), the first V of one shuffled list per case.
+  index      the names of a built index (--index; e.g. bench_scale.py's 100k index: 424k MiniLM
+             names of the amplified corpus), V of them sampled with a fixed seed.
   synthetic  random unit vectors calibrated on MuSiQue's entity-name embeddings (mean cosine 0.16,
              std 0.10, ~0.5 pairs >= 0.8 per name, 25% of names with any, PCA-64 variance 0.59):
              a common direction, topics, an anisotropic spectrum, Zipf-sized families of variants.
@@ -166,9 +168,22 @@ def load_minilm(num: int, cache: Path, data_dir: Path):
     return names, emb
 
 
+def load_index_names(num: int, index: str, seed: int = 0):
+    """``num`` names of a built index (their stored embeddings as float32), a seeded random sample."""
+    import torch
+
+    from hpengine.graph import Index
+
+    built = Index.load(index)
+    take = torch.randperm(built.num_entities, generator=torch.Generator().manual_seed(seed))[:num]
+    return [built.entities[i] for i in take.tolist()], built.entity_emb[take].float().contiguous()
+
+
 def load_data(args, num: int):
     if args.data == "synthetic":
         return None, make_synthetic(num)
+    if args.data == "index":
+        return load_index_names(num, args.index)
     return load_minilm(num, Path(args.minilm_cache), Path(args.data_dir))
 
 
@@ -279,7 +294,7 @@ def run_case(impl: str, num: int, args) -> dict:
         search = lambda: faiss_index_pairs(impl, emb, args.threshold, args.k, args)  # noqa: E731
         warm_up = lambda: faiss_index_pairs(impl, emb[:1024], args.threshold, args.k, args)  # noqa: E731
     else:
-        kwargs.update(backend=impl, ann_neighbors=args.ann_neighbors)
+        kwargs.update(backend=impl, ann_neighbors=args.ann_neighbors, ann_dims=args.ann_dims)
         search = lambda: synonym_pairs(emb, emb, **kwargs)  # noqa: E731
         warm_up = lambda: (synonym_pairs(emb[:1024], emb[:1024], **kwargs),  # noqa: E731
                            synonym_pairs(emb[:256].clone(), emb[:1024], **kwargs))
@@ -294,7 +309,7 @@ def run_case(impl: str, num: int, args) -> dict:
     row = {"impl": impl, "V": num, "D": emb.shape[1], "data": args.data, "seconds": seconds, "cpu_seconds": cpu,
            "peak_rss_mib": peak, "extra_mib": peak - base, "threads": torch.get_num_threads(),
            "pairs": pairs if isinstance(pairs, int) else int(pairs.shape[1]), "warm_up_seconds": warm_up_seconds}
-    row.update({"nndescent": dict(ann_neighbors=args.ann_neighbors), "ivfflat": dict(cell_size=args.cell_size,
+    row.update({"nndescent": dict(ann_neighbors=args.ann_neighbors, ann_dims=args.ann_dims), "ivfflat": dict(cell_size=args.cell_size,
                 nprobe=args.nprobe), "hnsw": dict(hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
                                                   ef_search=args.ef_search)}.get(impl, {}))
     if impl in APPROXIMATE:
@@ -318,10 +333,12 @@ def _spawn(impl: str, num: int, args) -> dict:
            "--data-dir", args.data_dir, "--minilm-cache", args.minilm_cache, "--block-size", str(args.block_size),
            "--threshold", str(args.threshold), "--k", str(args.k), "--cell-size", str(args.cell_size),
            "--nprobe", str(args.nprobe), "--ef-search", str(args.ef_search), "--hnsw-m", str(args.hnsw_m),
-           "--ef-construction", str(args.ef_construction), "--ann-neighbors", str(args.ann_neighbors), "--recall-queries", str(args.recall_queries),
+           "--ef-construction", str(args.ef_construction), "--ann-neighbors", str(args.ann_neighbors), "--ann-dims", str(args.ann_dims), "--recall-queries", str(args.recall_queries),
            "--full-recall-max", str(args.full_recall_max), "--threads", str(args.threads), "--device", args.device]
     if args.hipporag_src:
         cmd += ["--hipporag-src", args.hipporag_src]
+    if args.index:
+        cmd += ["--index", args.index]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -371,7 +388,8 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grid", nargs="+", default=["torch=5000", "nndescent=5000"], help="IMPL=V[,V...] cases")
-    parser.add_argument("--data", choices=("minilm", "synthetic"), default="synthetic")
+    parser.add_argument("--data", choices=("minilm", "synthetic", "index"), default="synthetic")
+    parser.add_argument("--index", help="--data index: a built index whose names (stored embeddings) are sampled")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="the dev corpora (minilm)")
     parser.add_argument("--minilm-cache", default=str(Path.home() / ".cache" / "hpengine" / "bench_synonyms_minilm.pt"))
     parser.add_argument("--hipporag-src", help="HippoRAG's src/hipporag/utils/embed_utils.py (for impl hipporag)")
@@ -379,6 +397,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--ann-neighbors", type=int, default=24, help="nndescent: candidates per name")
+    parser.add_argument("--ann-dims", type=int, default=0,
+                        help="nndescent: dimensions searched (synonym_pairs' ann_dims; 0: by size)")
     parser.add_argument("--cell-size", type=int, default=128, help="ivfflat: names per list")
     parser.add_argument("--nprobe", type=int, default=8, help="ivfflat: lists searched per name")
     parser.add_argument("--hnsw-m", type=int, default=32, help="hnsw: graph degree M")
