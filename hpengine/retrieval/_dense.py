@@ -11,6 +11,8 @@ from hpengine.sparse import inverse_or_zero
 _BACKENDS = ("auto", "exact", "faiss_flat", "faiss_ivf")
 #: ``backend="auto"`` searches exactly below this many keys and by FAISS IVF from it on
 APPROXIMATE_MIN_KEYS = 1_000_000
+#: IVF trains on every key up to this many bytes of float32 copy, on a sample of that size above
+IVF_TRAIN_MAX_BYTES = 1 << 30
 
 
 def resolve_backend(backend: str, num_keys: int, approximate_min_keys: int = APPROXIMATE_MIN_KEYS) -> str:
@@ -146,7 +148,9 @@ class DenseIndex:
         self.keys = keys
         self.backend = backend
         self.chunk_size = chunk_size
-        self.inv_norm = inverse_or_zero(torch.linalg.vector_norm(keys.float(), dim=1))  # [N] float32
+        self.inv_norm = inverse_or_zero(torch.cat([torch.linalg.vector_norm(keys[lo:lo + chunk_size].float(), dim=1)
+                                                   for lo in range(0, keys.shape[0], chunk_size)])
+                                        if keys.shape[0] else keys.new_zeros(0).float())  # [N] float32, by chunks
         self._faiss = None
         self._faiss_gpu = False
         if backend != "exact":
@@ -187,18 +191,22 @@ class DenseIndex:
             raise NotImplementedError(f"seed_backend={self.backend!r} with keys on {self.device} needs GPU FAISS "
                                       f"(the `gpu` extra); use seed_backend='exact' or move the keys to the CPU "
                                       f"(got a CPU-only faiss)")
-        normalised = (self.keys.float() * self.inv_norm.unsqueeze(1)).cpu().numpy()  # FAISS builds on the host
-        dim = normalised.shape[1]
+        num, dim = self.keys.shape
         if self.backend == "faiss_flat":
             index = faiss.IndexFlatIP(dim)
         else:
-            cells = max(1, min(nlist, normalised.shape[0] // 39))
+            cells = max(1, min(nlist, num // 39))
             quantizer = faiss.IndexFlatIP(dim)
-            index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
-            index.train(normalised)
+            if self.keys.dtype in (torch.float16, torch.bfloat16):  # half keys: half codes (half the memory)
+                index = faiss.IndexIVFScalarQuantizer(quantizer, dim, cells, faiss.ScalarQuantizer.QT_fp16,
+                                                      faiss.METRIC_INNER_PRODUCT)
+            else:
+                index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
+            index.train(self._normalised(self._training_rows(cells)))
             index.nprobe = min(nprobe, cells)
             self._quantizer = quantizer  # the IVF index does not own it
-        index.add(normalised)
+        for lo in range(0, num, self.chunk_size):  # FAISS builds on the host, a chunk at a time
+            index.add(self._normalised(torch.arange(lo, min(lo + self.chunk_size, num))))
         if use_gpu:
             import faiss.contrib.torch_utils  # noqa: F401  (lets GPU indexes take torch CUDA tensors)
 
@@ -206,6 +214,21 @@ class DenseIndex:
             index = faiss.index_cpu_to_gpu(self._resources, self.device.index or 0, index)
             self._faiss_gpu = True
         self._faiss = index
+
+    def _normalised(self, rows: Tensor):
+        """float32 numpy ``[n, D]``: the unit-norm keys ``rows`` on the host."""
+        rows = rows.to(self.device)
+        return (self.keys[rows].float() * self.inv_norm[rows].unsqueeze(1)).cpu().numpy()
+
+    def _training_rows(self, cells: int) -> Tensor:
+        """The keys IVF's k-means trains on: all of them while their float32 copy is at most
+        ``IVF_TRAIN_MAX_BYTES``, else an evenly spaced sample of that size (at least 256 per cell,
+        what FAISS would sample anyway)."""
+        num, dim = self.keys.shape
+        take = max(IVF_TRAIN_MAX_BYTES // (4 * dim), 256 * cells)
+        if num <= take:
+            return torch.arange(num)
+        return torch.linspace(0, num - 1, take).long()
 
     def search(self, queries: Tensor, k: int, *, chunk_size: int | None = None) -> tuple[Tensor, Tensor]:
         """Top-``k`` keys by cosine.

@@ -75,6 +75,31 @@ def test_faiss_backends():
     assert torch.isneginf(coarse[0][coarse[1] < 0]).all()
 
 
+@with_package("faiss")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_faiss_ivf_over_half_keys_stores_half_codes(dtype, monkeypatch):
+    """Half keys: IVF holds fp16 codes (half the memory of IVFFlat); with every cell probed it
+    finds the exact search's keys, built in chunks and trained on a sample as at scale."""
+    import faiss
+
+    import hpengine.retrieval._dense as mod
+
+    gen = torch.Generator().manual_seed(4)
+    keys, q = torch.randn(600, 16, generator=gen).to(dtype), torch.randn(7, 16, generator=gen)
+    exact = DenseIndex(keys).search(q, 5)
+    monkeypatch.setattr(mod, "IVF_TRAIN_MAX_BYTES", 4 * 16 * 100)  # trains on 12 * 256 > 600: all rows
+    for chunk in (64, 65536):
+        ivf = DenseIndex(keys, backend="faiss_ivf", nlist=12, nprobe=12, chunk_size=chunk)
+        assert isinstance(ivf._faiss, faiss.IndexIVFScalarQuantizer) and ivf._faiss.ntotal == 600
+        got = ivf.search(q, 5)
+        torch.testing.assert_close(got[0], exact[0], atol=2e-3, rtol=0)
+    assert torch.equal(DenseIndex(keys, chunk_size=7).inv_norm, DenseIndex(keys).inv_norm)
+    monkeypatch.setattr(mod, "IVF_TRAIN_MAX_BYTES", 0)
+    assert len(DenseIndex(keys[:3])._training_rows(1)) == 3
+    rows = DenseIndex(keys)._training_rows(2)
+    assert len(rows) == 512 and rows[0] == 0 and rows[-1] == 599 and bool((rows[1:] > rows[:-1]).all())
+
+
 def test_dense_errors():
     with pytest.raises(ValueError, match="same dim"):
         dense_topk(torch.randn(2, 3), torch.randn(4, 5), 1)
