@@ -28,8 +28,10 @@ Stages: ``amplify`` (the copies), ``synonyms`` (the build's search over all name
 ``load`` (``Index.load``, memory-mapped), ``structure`` (the loaded index's expanded incidence and
 transition operator, which its readers derive), then each method on ``--questions`` questions
 (``hpengine.jobs.evaluate``). Each stage's own peak RSS (the high-water mark reset before it, Linux
-``/proc/self/clear_refs``; the process's high-water mark so far elsewhere); the memory-mapped
-embeddings count once a stage touches their pages. ``--dtype float16`` stores the copies'
+``/proc/self/clear_refs``; the process's high-water mark so far elsewhere), in which the pages of
+the memory-mapped embeddings count once a stage touches them, and its peak private RSS (sampled
+``RssAnon``: what the process itself holds; mapped pages are the page cache's, dropped under
+pressure and read again). ``--dtype float16`` stores the copies'
 embeddings in half precision (half the memory; the retrieval ops accept it).
 """
 from __future__ import annotations
@@ -191,15 +193,52 @@ def graph_config(index):
     return dataclasses.replace(built_graph_config(index.meta), synonym_backend="auto")
 
 
-def _timer(stages: dict, rss: dict):
-    """``timed(name, fn)``: runs ``fn``, records its seconds and its own peak RSS under ``name``."""
+def _anon_mib() -> float:
+    """Private (anonymous) resident MiB now: RSS without the pages of memory-mapped files, which
+    the kernel can drop and read again (``RssAnon``; 0 where /proc has no such line)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class _AnonPeak:
+    """The highest :func:`_anon_mib` seen while the ``with`` block runs (sampled every 0.1 s)."""
+
+    def __enter__(self):
+        import threading
+
+        self.peak, self._done = _anon_mib(), threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._done.wait(0.1):
+            self.peak = max(self.peak, _anon_mib())
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _anon_mib())
+
+
+def _timer(stages: dict, rss: dict, anon: dict):
+    """``timed(name, fn)``: runs ``fn``, records its seconds, its own peak RSS and its peak private
+    (anonymous) RSS under ``name``."""
     def timed(name, fn):
         _reset_peak()
         start = time.perf_counter()
-        out = fn()
+        with _AnonPeak() as sampled:
+            out = fn()
         stages[name] = round(time.perf_counter() - start, 3)
-        rss[name] = round(_peak_mib(), 1)
-        print(f"{name}: {stages[name]:.1f} s, peak RSS {rss[name]:,.0f} MiB", flush=True)
+        rss[name], anon[name] = round(_peak_mib(), 1), round(sampled.peak, 1)
+        print(f"{name}: {stages[name]:.1f} s, peak RSS {rss[name]:,.0f} MiB (private {anon[name]:,.0f} MiB)",
+              flush=True)
         return out
 
     return timed
@@ -241,7 +280,8 @@ def reader_stages(args, folder: Path, timed) -> dict:
     questions = question_mix(args.data_dir, args.questions, args.seed)
     methods = {}
     for method in args.methods:
-        engine = Engine(index, encoder, RetrievalConfig(), get_retriever(method).config_class())
+        retrieval = RetrievalConfig(seed_backend=args.seed_backend)
+        engine = Engine(index, encoder, retrieval, get_retriever(method).config_class())
         evaluate(engine, questions[:WARMUP_QUESTIONS], EvalConfig(batch_size=args.batch_size), progress=False)
         res = timed(f"query:{method}",
                     lambda: evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False))
@@ -255,7 +295,8 @@ def _reader_process(args, folder: Path) -> dict:
     build's freed Python objects would otherwise stay in this process's RSS)."""
     cmd = [sys.executable, __file__, "--serve", str(folder), "--data-dir", args.data_dir, "--questions",
            str(args.questions), "--batch-size", str(args.batch_size), "--encoder-dtype", args.encoder_dtype,
-           "--seed", str(args.seed), "--threads", str(args.threads), "--json-line", "--methods", *args.methods]
+           "--seed", str(args.seed), "--threads", str(args.threads), "--seed-backend", args.seed_backend,
+           "--json-line", "--methods", *args.methods]
     done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     lines = done.stdout.strip().splitlines()
     print("\n".join(lines[:-1]), flush=True)
@@ -263,21 +304,23 @@ def _reader_process(args, folder: Path) -> dict:
 
 
 def run(args) -> dict:
-    stages, rss = {}, {}
-    timed = _timer(stages, rss)
+    stages, rss, anon = {}, {}, {}
+    timed = _timer(stages, rss, anon)
     if args.serve:
         return {**reader_stages(args, Path(args.serve), timed), "index": args.serve, "seconds": stages,
-                "peak_rss_mib": rss}
+                "peak_rss_mib": rss, "peak_private_mib": anon}
     out, checked = build_stages(args, timed)
     reader = _reader_process(args, out)
     stages.update(reader.pop("seconds"))
     rss.update(reader.pop("peak_rss_mib"))
+    anon.update(reader.pop("peak_private_mib"))
     if not args.keep_index:
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
     return {"index": args.index, "copies": args.copies, "variant_cosine": args.variant_cosine, **reader,
-            "synonyms": checked, "seconds": stages, "peak_rss_mib": rss, "loadavg_end": list(os.getloadavg())}
+            "synonyms": checked, "seconds": stages, "peak_rss_mib": rss, "peak_private_mib": anon,
+            "loadavg_end": list(os.getloadavg())}
 
 
 def main(argv=None) -> int:
@@ -303,6 +346,8 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--encoder-dtype", default="auto")
+    ap.add_argument("--seed-backend", default="auto", choices=("auto", "exact", "faiss_flat", "faiss_ivf"),
+                    help="retrieval.seed_backend of the dense fact and passage searches")
     add_common_args(ap)
     args = ap.parse_args(argv)
     if args.copies < 1:
