@@ -287,6 +287,7 @@ def reader_stages(args, folder: Path, timed) -> dict:
                     lambda: evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False))
         methods[method] = {k: res[k] for k in ("wall_seconds", "questions_per_second", "recall@5")}
         methods[method]["stage_seconds"] = res["seconds"]
+        print(f"{method}: {methods[method]}", flush=True)
     return {"counts": counts, "methods": methods, "questions": len(questions)}
 
 

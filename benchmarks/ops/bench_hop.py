@@ -142,7 +142,7 @@ def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device
     gc.collect()
     op = problem.graph.transition()
     plan = plan_hop(q, num_facts=h, num_columns=op.num_columns, subgraph_size=cfg.subgraph_size,
-                    dim=problem.facts.shape[1], mean_row_nnz=op.pairs.shape[1] / h,
+                    dim=problem.facts.shape[1], mean_row_nnz=op.nnz / h,
                     memory_budget_mb=resolve_memory_budget_mb(cfg.memory_budget_mb, device, HOP_BUDGET_MB),
                     query_chunk_size=cfg.query_chunk_size, device_type=torch.device(device).type)
     long = q >= 512

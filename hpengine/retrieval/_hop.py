@@ -208,7 +208,7 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
     if num_facts and num_q:
         op = graph.transition()
         plan = plan_hop(num_q, num_facts=num_facts, num_columns=op.num_columns, subgraph_size=cfg.subgraph_size,
-                        dim=dim, mean_row_nnz=op.pairs.shape[1] / num_facts,
+                        dim=dim, mean_row_nnz=op.nnz / num_facts,
                         memory_budget_mb=resolve_memory_budget_mb(cfg.memory_budget_mb, device, HOP_BUDGET_MB),
                         query_chunk_size=cfg.query_chunk_size, embedding_bytes=fact_embeddings.element_size(),
                         device_type=device.type)

@@ -50,7 +50,7 @@ class TransitionOperator:
         self.num_columns = num_columns
         self.dtype = dtype
         self.transposed = False
-        self.pairs = pairs
+        self.nnz = int(pairs.shape[1])  # the pairs themselves are not kept: the CSR pair holds them
         ones = torch.ones(pairs.shape[1], dtype=dtype, device=pairs.device)
         degree = node_degree(pairs[1], num_columns, dtype)  # [C]
         self.inv_degree = inverse_or_zero(degree)  # [C]
@@ -277,4 +277,4 @@ class TransitionOperator:
     def __repr__(self) -> str:
         name = "T_s^T" if self.transposed else "T_s"
         return (f"TransitionOperator({name}, num_facts={self.num_facts}, num_columns={self.num_columns}, "
-                f"nnz={self.pairs.shape[1]}, dtype={self.dtype}, device={self.device})")
+                f"nnz={self.nnz}, dtype={self.dtype}, device={self.device})")
