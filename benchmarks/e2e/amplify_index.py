@@ -159,9 +159,9 @@ def synonym_check(index, pairs: torch.Tensor, cfg, copies: int, sample: int = 20
     Shapes:
         pairs ``[2, n]`` symmetric -> counts.
     """
-    from hpengine.graph._builder import _synonym_eligible
+    from hpengine.graph import synonym_eligible
 
-    eligible = torch.nonzero(_synonym_eligible(index.entities, cfg, "cpu")).squeeze(1)
+    eligible = torch.nonzero(synonym_eligible(index.entities, cfg, "cpu")).squeeze(1)
     gen = torch.Generator().manual_seed(seed)
     queries = eligible[torch.randperm(len(eligible), generator=gen)[:sample]]
     q = index.entity_emb[queries].float()

@@ -11,13 +11,14 @@ from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, syn
 
 __all__ += ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]
 
-from hpengine.graph._builder import add_passages, build_index, build_index_sharded, entity_synonyms
+from hpengine.graph._builder import add_passages, build_index, build_index_sharded, entity_synonyms, synonym_eligible
 from hpengine.graph._index import Index
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, FORMAT_VERSION, IndexFormatError, IndexLockedError,
                                    IndexStore, StoreWriter, read_generation)
 
 __all__ += ["DEFAULT_LOCK_TIMEOUT", "FORMAT_VERSION", "Index", "IndexFormatError", "IndexLockedError", "IndexStore",
-            "StoreWriter", "add_passages", "build_index", "build_index_sharded", "entity_synonyms", "read_generation"]
+            "StoreWriter", "add_passages", "build_index", "build_index_sharded", "entity_synonyms", "read_generation",
+            "synonym_eligible"]
 
 from hpengine.graph._lookups import IndexLookups
 

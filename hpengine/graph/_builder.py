@@ -54,7 +54,7 @@ def _pairs_tensor(flat: list, device) -> Tensor:
     return torch.tensor(flat, dtype=torch.int64, device=device).view(-1, 2).t().contiguous()
 
 
-def _synonym_eligible(names: list, cfg: GraphConfig, device) -> Tensor:
+def synonym_eligible(names: list, cfg: GraphConfig, device) -> Tensor:
     """bool ``[V]``: entities that take part in embedding synonym search.
 
     With ``cfg.synonym_skip_digits`` names containing a digit (dates, years, numbered titles)
@@ -108,7 +108,7 @@ def entity_synonyms(entity_emb: Tensor, names: list, graph_cfg: GraphConfig) -> 
     """
     if graph_cfg.synonym_threshold is None:
         raise ValueError("graph_cfg.synonym_threshold must be set (got None)")
-    eligible = _synonym_eligible(names, graph_cfg, entity_emb.device)
+    eligible = synonym_eligible(names, graph_cfg, entity_emb.device)
     return symmetrize_pairs(_synonyms_of(entity_emb, eligible, 0, graph_cfg))
 
 
@@ -232,7 +232,7 @@ def _combine(index: Index | None, fresh: list, skipped: int, asm: _Assembled, em
             passage_emb = torch.cat([index.passage_emb, passage_emb.to(index.passage_emb.dtype)])
     with timer.stage("synonyms"):
         names = ([] if index is None else index.entities) + asm.new_entities
-        new_syn = _synonyms_of(entity_emb, _synonym_eligible(names, graph_cfg, device), old_v, graph_cfg)
+        new_syn = _synonyms_of(entity_emb, synonym_eligible(names, graph_cfg, device), old_v, graph_cfg)
         old_syn = index.synonyms if index is not None else new_syn.new_zeros((2, 0))
         synonyms = symmetrize_pairs(torch.cat([old_syn, new_syn], dim=1))
     new_pairs = _pairs_tensor(asm.pairs, device)

@@ -33,7 +33,7 @@ from torch import Tensor
 from hpengine._profiling import StageTimer
 from hpengine.config import EncoderConfig, GraphConfig
 from hpengine.errors import UserError
-from hpengine.graph._builder import _assemble, _encode, _synonym_eligible, _synonyms_of
+from hpengine.graph._builder import _assemble, _encode, synonym_eligible, _synonyms_of
 from hpengine.graph._corpus import Passage
 from hpengine.graph._index import Index
 from hpengine.graph._synonyms import symmetrize_pairs, synonym_pairs
@@ -527,7 +527,7 @@ def _edited_synonyms(index: Index, new_u: Tensor, is_stay: Tensor, entity_emb: T
     two names that stay is kept as it was.
     """
     device = entity_emb.device
-    eligible = _synonym_eligible(names, cfg, device)
+    eligible = synonym_eligible(names, cfg, device)
     key_ids = torch.nonzero(eligible).squeeze(1)
     if not _is_exact(cfg, key_ids.numel()):  # an approximate search is a function of every name: run it whole
         return symmetrize_pairs(_synonyms_of(entity_emb, eligible, 0, cfg)), key_ids.numel()
