@@ -68,16 +68,22 @@ def _reset_peak() -> bool:
         return False
 
 
-def _peak_mib() -> float:
-    """Peak RSS in MiB since the last reset (``VmHWM``), else the process's high-water mark."""
+def _status_mib(field: str) -> float | None:
+    """A ``kB`` field of ``/proc/self/status`` in MiB (None where there is none)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return None
+
+
+def _peak_mib() -> float:
+    """Peak RSS in MiB since the last reset (``VmHWM``), else the process's high-water mark."""
+    peak = _status_mib("VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if peak is None else peak
 
 
 def near_rotation(dim: int, cosine: float, generator: torch.Generator) -> torch.Tensor:
@@ -196,14 +202,7 @@ def graph_config(index):
 def _anon_mib() -> float:
     """Private (anonymous) resident MiB now: RSS without the pages of memory-mapped files, which
     the kernel can drop and read again (``RssAnon``; 0 where /proc has no such line)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return _status_mib("RssAnon") or 0.0
 
 
 class _AnonPeak:

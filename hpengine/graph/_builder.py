@@ -10,7 +10,7 @@ from torch import Tensor
 from hpengine._profiling import StageTimer
 from hpengine.config import EncoderConfig, GraphConfig
 from hpengine.graph._index import Index
-from hpengine.graph._synonyms import symmetrize_pairs, synonym_pairs
+from hpengine.graph._synonyms import resolve_synonym_backend, symmetrize_pairs, synonym_pairs
 from hpengine.models import entity_key, normalize_entity
 
 
@@ -66,11 +66,6 @@ def synonym_eligible(names: list, cfg: GraphConfig, device) -> Tensor:
     return torch.tensor([not any(ch.isdigit() for ch in name) for name in names], dtype=torch.bool, device=device)
 
 
-def _is_approximate(cfg: GraphConfig, num_keys: int) -> bool:
-    """Whether the synonym search of ``num_keys`` names is the approximate one."""
-    return cfg.synonym_backend == "nndescent" or (cfg.synonym_backend == "auto" and num_keys > cfg.synonym_exact_max_keys)
-
-
 def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: GraphConfig) -> Tensor:
     """Synonym pairs (new entity, any entity) among eligible entities, self pairs removed.
 
@@ -82,7 +77,7 @@ def _synonyms_of(entity_emb: Tensor, eligible: Tensor, first_new: int, cfg: Grap
     options = dict(threshold=cfg.synonym_threshold, max_per_entity=cap, block_size=cfg.synonym_block_size,
                    exclude_self=False, exact_max_keys=cfg.synonym_exact_max_keys,
                    ann_neighbors=cfg.synonym_ann_neighbors, ann_dims=cfg.synonym_ann_dims)
-    if _is_approximate(cfg, len(key_ids)):
+    if resolve_synonym_backend(cfg.synonym_backend, len(key_ids), cfg.synonym_exact_max_keys) == "nndescent":
         # every name is searched (the tables as they are: no copy of millions of names' embeddings)
         # and pairs with an ineligible name are dropped after; such a name can take one of a
         # name's candidates or, above η, one of its max_per_entity places

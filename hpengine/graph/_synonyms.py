@@ -35,6 +35,14 @@ ANN_PROJECTED_DIMS = 128
 ANN_BLOCK_KEYS = 1 << 19
 
 
+def resolve_synonym_backend(backend: str, num_keys: int, exact_max_keys: int = EXACT_MAX_KEYS) -> str:
+    """``"auto"`` as :func:`synonym_pairs` resolves it: ``"torch"`` (exact) up to ``exact_max_keys``
+    keys, ``"nndescent"`` above; any other backend as given."""
+    if backend != "auto":
+        return backend
+    return "torch" if num_keys <= exact_max_keys else "nndescent"
+
+
 def _check_embeddings(queries: Tensor, keys: Tensor) -> None:
     for arg, x in (("queries", queries), ("keys", keys)):
         if not isinstance(x, Tensor):
@@ -137,8 +145,7 @@ def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_
     _check_embeddings(queries, keys)
     _check_options(threshold, max_per_entity, block_size, query_offset, backend)
     _check_ann_options(exact_max_keys, ann_neighbors, seed, ann_dims)
-    if backend == "auto":
-        backend = "torch" if keys.shape[0] <= exact_max_keys else "nndescent"
+    backend = resolve_synonym_backend(backend, keys.shape[0], exact_max_keys)
     if queries.shape[0] == 0 or keys.shape[0] == 0:
         pairs, sim = torch.zeros(2, 0, dtype=torch.long, device=queries.device), queries.new_zeros(0).float()
     elif backend == "faiss":

@@ -148,9 +148,10 @@ class DenseIndex:
         self.keys = keys
         self.backend = backend
         self.chunk_size = chunk_size
-        self.inv_norm = inverse_or_zero(torch.cat([torch.linalg.vector_norm(keys[lo:lo + chunk_size].float(), dim=1)
-                                                   for lo in range(0, keys.shape[0], chunk_size)])
-                                        if keys.shape[0] else keys.new_zeros(0).float())  # [N] float32, by chunks
+        norms = torch.empty(keys.shape[0], dtype=torch.float32, device=keys.device)  # [N], a chunk at a time
+        for lo in range(0, keys.shape[0], chunk_size):
+            norms[lo:lo + chunk_size] = torch.linalg.vector_norm(keys[lo:lo + chunk_size].float(), dim=1)
+        self.inv_norm = inverse_or_zero(norms)
         self._faiss = None
         self._faiss_gpu = False
         if backend != "exact":
