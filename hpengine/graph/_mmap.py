@@ -11,9 +11,10 @@ Mapping is safe because the index store never rewrites a generation's files in p
 writes a new generation and unlinks old ones, and on Linux an unlinked file stays readable while
 it is mapped. (Truncating a mapped file by hand would make a later access fail with SIGBUS.)
 
-:func:`write_safetensors` writes the file safetensors' own ``save_file`` writes, byte for byte,
-from the tensors' memory: ``save_file`` first copies every tensor into one bytes object, which
-doubles the memory of saving a large index.
+:func:`write_safetensors` writes the file safetensors' own ``save_file`` writes (byte for byte
+without metadata; with it, its keys sorted, where safetensors' order varies by process) from the
+tensors' memory: ``save_file`` first copies every tensor into one bytes object, which doubles the
+memory of saving a large index.
 """
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def write_safetensors(tensors: dict[str, Tensor], path: str | os.PathLike, metad
     entries.sort(key=lambda e: e[:2])
     header, offset = {}, 0
     if metadata:
-        header["__metadata__"] = dict(sorted(metadata.items()))  # as safetensors orders it
+        header["__metadata__"] = dict(sorted(metadata.items()))  # safetensors' own order varies by process
     for _, name, tensor in entries:
         size = tensor.numel() * tensor.element_size()
         header[name] = {"dtype": names[tensor.dtype], "shape": list(tensor.shape),
