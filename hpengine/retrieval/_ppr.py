@@ -44,7 +44,7 @@ import weakref
 import torch
 from torch import Tensor
 
-from hpengine.sparse import TransitionOperator, csr_from_sorted_pairs
+from hpengine.sparse import TransitionOperator, csr_with_values
 from hpengine.retrieval._chunking import PPR_BUDGET_MB, resolve_memory_budget_mb
 
 #: most questions per chunk on CPU: beyond ~32 columns the rows of the ``[C, Qc]`` block gathered
@@ -61,22 +61,20 @@ def _parts(op: TransitionOperator, adjoint: bool) -> tuple[Tensor, Tensor]:
     """``(up [C, H], down [H, C])``: ``(B^T D_f^-1, B D_c^-1)``, or ``(D_c^-1 B^T, D_f^-1 B)`` (adjoint)."""
     cache = _PARTS.setdefault(op, {})
     key = "adjoint" if adjoint else "forward"
-    if key not in cache:
+    if key not in cache:  # the scaled copies share B's and B^T's index arrays: only values are new
         b, bt = op.b, op.bt
-        crow = b.crow_indices()
+        crow, bt_crow = b.crow_indices(), bt.crow_indices()
         fact_degree = (crow[1:] - crow[:-1]).to(op.dtype)  # >= 1: every fact has its passage
         inv_fact = fact_degree.reciprocal()
         inv_col = op.inv_degree  # [C], 0 for a dangling entity or passage
-        b_rows = torch.repeat_interleave(torch.arange(op.num_facts, device=op.device), crow[1:] - crow[:-1])
-        bt_crow = bt.crow_indices()
-        bt_rows = torch.repeat_interleave(torch.arange(op.num_columns, device=op.device), bt_crow[1:] - bt_crow[:-1])
-        b_cols, bt_cols = b.col_indices(), bt.col_indices()
-        if adjoint:
-            up_values, down_values = inv_col[bt_rows], inv_fact[b_rows]
-        else:
-            up_values, down_values = inv_fact[bt_cols], inv_col[b_cols]
-        up = csr_from_sorted_pairs(torch.stack([bt_rows, bt_cols]), op.num_columns, op.num_facts, up_values)
-        down = csr_from_sorted_pairs(torch.stack([b_rows, b_cols]), op.num_facts, op.num_columns, down_values)
+        if adjoint:  # D_c^-1 B^T: scaled by row of B^T; D_f^-1 B: by row of B
+            up_values = inv_col.repeat_interleave((bt_crow[1:] - bt_crow[:-1]).long())
+            down_values = inv_fact.repeat_interleave((crow[1:] - crow[:-1]).long())
+        else:  # B^T D_f^-1: scaled by column of B^T (a fact); B D_c^-1: by column of B
+            up_values = inv_fact.index_select(0, bt.col_indices())
+            down_values = inv_col.index_select(0, b.col_indices())
+        up = csr_with_values(bt_crow, bt.col_indices(), up_values, (op.num_columns, op.num_facts))
+        down = csr_with_values(crow, b.col_indices(), down_values, (op.num_facts, op.num_columns))
         cache[key] = (up, down)
     return cache[key]
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from hpengine.retrieval._topk import blocked_topk
-from hpengine.sparse import TransitionOperator, csr_from_sorted_pairs, inverse_or_zero
+from hpengine.sparse import TransitionOperator, csr_with_values, inverse_or_zero
 
 # op -> (D^-1 B^T r^-1 as CSR [C, H], diag * r^-1 [H]); cached per operator (see _walk_parts)
 _WALK_PARTS: "weakref.WeakKeyDictionary[TransitionOperator, tuple[Tensor, Tensor]]" = weakref.WeakKeyDictionary()
@@ -28,12 +28,11 @@ def _walk_parts(op: TransitionOperator) -> tuple[Tensor, Tensor]:
     """
     parts = _WALK_PARTS.get(op)
     if parts is None:
-        bt = op.bt
+        bt = op.bt  # the scaled copy shares B^T's index arrays: only its values are new
         crow = bt.crow_indices()
         fact = bt.col_indices()
-        column = torch.repeat_interleave(torch.arange(op.num_columns, device=op.device), crow[1:] - crow[:-1])
-        values = op.inv_degree[column] * op.inv_row_sum[fact]
-        scaled = csr_from_sorted_pairs(torch.stack([column, fact]), op.num_columns, op.num_facts, values)
+        values = op.inv_degree.repeat_interleave((crow[1:] - crow[:-1]).long()) * op.inv_row_sum.index_select(0, fact)
+        scaled = csr_with_values(crow, fact, values, (op.num_columns, op.num_facts))
         parts = (scaled, op.diag * op.inv_row_sum)
         _WALK_PARTS[op] = parts
     return parts

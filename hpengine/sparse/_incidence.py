@@ -76,19 +76,59 @@ def augmented_incidence(fact_entity: Tensor, fact_passage: Tensor, num_entities:
     return pairs[:, order]
 
 
-def csr_from_sorted_pairs(pairs: Tensor, num_rows: int, num_cols: int, values: Tensor) -> Tensor:
+def csr_index_dtype(num_rows: int, num_cols: int, nnz: int) -> torch.dtype:
+    """The index dtype of a CSR matrix of this size: int32 when every row pointer and column id
+    fits (half the memory of int64, and MKL's sparse products run faster on it), else int64.
+
+    Example:
+        >>> csr_index_dtype(10, 10, 100), csr_index_dtype(10, 3_000_000_000, 100)
+        (torch.int32, torch.int64)
+    """
+    return torch.int32 if max(num_rows, num_cols, nnz) < 2**31 - 1 else torch.int64
+
+
+def csr_from_sorted_pairs(pairs: Tensor, num_rows: int, num_cols: int, values: Tensor,
+                          index_dtype: torch.dtype | None = None) -> Tensor:
     """Build a ``torch.sparse_csr`` matrix from row-sorted pairs without a COO round trip.
+
+    The matrix owns its index arrays (the column ids are a copy, never a view that would keep the
+    whole ``[2, nnz]`` pair tensor alive).
+
+    Args:
+        pairs: int ``[2, nnz]`` (row, column) pairs sorted by row.
+        num_rows, num_cols: the matrix shape.
+        values: ``[nnz]`` entry values.
+        index_dtype: dtype of ``crow_indices``/``col_indices`` (default: :func:`csr_index_dtype`).
 
     Shapes:
         pairs: ``[2, nnz]`` sorted by row; values: ``[nnz]`` -> ``[num_rows, num_cols]`` CSR.
     """
+    nnz = int(pairs.shape[1])
+    index_dtype = index_dtype or csr_index_dtype(num_rows, num_cols, nnz)
     counts = torch.bincount(pairs[0], minlength=num_rows)
-    crow = torch.zeros(num_rows + 1, dtype=torch.int64, device=pairs.device)
+    crow = torch.zeros(num_rows + 1, dtype=index_dtype, device=pairs.device)
     torch.cumsum(counts, 0, out=crow[1:])
+    cols = torch.empty(nnz, dtype=index_dtype, device=pairs.device).copy_(pairs[1])
+    return csr_with_values(crow, cols, values, (num_rows, num_cols))
+
+
+def csr_with_values(crow: Tensor, cols: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    """A ``torch.sparse_csr`` matrix over existing index arrays (shared, not copied): matrices of
+    one sparsity pattern with other values cost only their values.
+
+    Shapes:
+        crow ``[R + 1]``, cols ``[nnz]``, values ``[nnz]`` -> ``size`` CSR.
+    """
     with warnings.catch_warnings():  # "CSR support is in beta": known, and we rely only on spmm
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, pairs[1].contiguous(), values, size=(num_rows, num_cols),
-                                       check_invariants=False)
+        return torch.sparse_csr_tensor(crow, cols, values, size=size, check_invariants=False)
+
+
+def csr_rows(csr: Tensor) -> Tensor:
+    """int64 ``[nnz]`` row of every stored entry of a CSR matrix (its COO row ids)."""
+    crow = csr.crow_indices()
+    counts = (crow[1:] - crow[:-1]).long()
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
 
 
 def csr_arrays(rows: Tensor, cols: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:

@@ -19,7 +19,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.sparse._incidence import csr_from_sorted_pairs, inverse_or_zero, node_degree
+from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_index_dtype, csr_with_values, inverse_or_zero, node_degree
+
+#: pairs gathered at a time when B^T's column ids are written (bounds an int64 temporary)
+_GATHER_CHUNK = 1 << 24
+
+
+def _transpose_csr(pairs: Tensor, num_facts: int, num_columns: int, values: Tensor) -> Tensor:
+    """``B^T [C, H]`` as CSR from the fact-sorted pairs of ``B``: a stable sort by column keeps the
+    facts of each column in order, so the only ``[nnz]`` temporary is the int64 permutation."""
+    nnz = int(pairs.shape[1])
+    index_dtype = csr_index_dtype(num_columns, num_facts, nnz)
+    order = torch.argsort(pairs[1], stable=True)  # [nnz] (column, fact) order
+    cols = torch.empty(nnz, dtype=index_dtype, device=pairs.device)
+    for lo in range(0, nnz, _GATHER_CHUNK):
+        cols[lo:lo + _GATHER_CHUNK] = pairs[0].index_select(0, order[lo:lo + _GATHER_CHUNK])
+    del order
+    crow = torch.zeros(num_columns + 1, dtype=index_dtype, device=pairs.device)
+    torch.cumsum(torch.bincount(pairs[1], minlength=num_columns), 0, out=crow[1:])
+    return csr_with_values(crow, cols, values, (num_columns, num_facts))
 
 
 class TransitionOperator:
@@ -51,18 +69,19 @@ class TransitionOperator:
         self.dtype = dtype
         self.transposed = False
         self.nnz = int(pairs.shape[1])  # the pairs themselves are not kept: the CSR pair holds them
-        ones = torch.ones(pairs.shape[1], dtype=dtype, device=pairs.device)
+        ones = torch.ones(pairs.shape[1], dtype=dtype, device=pairs.device)  # shared by B and B^T
         degree = node_degree(pairs[1], num_columns, dtype)  # [C]
         self.inv_degree = inverse_or_zero(degree)  # [C]
         per_pair = self.inv_degree[pairs[1]]
         self.diag = torch.zeros(num_facts, dtype=dtype, device=pairs.device).index_add_(0, pairs[0], per_pair)
         off = (degree[pairs[1]] - 1.0) * per_pair  # >= 0 term by term
+        del per_pair
         self.row_sum = torch.zeros(num_facts, dtype=dtype, device=pairs.device).index_add_(0, pairs[0], off)
+        del off
         self.inv_row_sum = inverse_or_zero(self.row_sum)  # [H]
         # CSR of B and of B^T, built once: every product reuses them.
         self.b = csr_from_sorted_pairs(pairs, num_facts, num_columns, ones)  # [H, C]
-        order = torch.argsort(pairs[1] * num_facts + pairs[0])
-        self.bt = csr_from_sorted_pairs(pairs.flip(0)[:, order], num_columns, num_facts, ones)  # [C, H]
+        self.bt = _transpose_csr(pairs, num_facts, num_columns, ones)  # [C, H]
 
     # ------------------------------------------------------------------ products
     @property
@@ -194,8 +213,8 @@ class TransitionOperator:
         flat_idx = idx.reshape(-1)
         valid = flat_idx >= 0
         fact = flat_idx.clamp(min=0)
-        start = crow.index_select(0, fact)  # [Q*M]
-        count = torch.where(valid, crow.index_select(0, fact + 1) - start, 0)  # incidences of each slot
+        start = crow.index_select(0, fact).long()  # [Q*M] (the CSR may hold int32 indices)
+        count = torch.where(valid, crow.index_select(0, fact + 1).long() - start, 0)  # incidences of each slot
         per_q = count.view(num_q, m).sum(1)  # [Q]
         # multiplicity of each slot's fact within its question (sorted rows, run lengths)
         sorted_idx, order = torch.sort(idx, dim=1)

@@ -111,6 +111,36 @@ def test_ppr_batched_equals_one_by_one(built, cfg):
             assert fa.score == pytest.approx(fb.score, rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize("group", [1, 3])
+def test_ppr_walk_groups_do_not_change_results(built, monkeypatch, group):
+    """The walk runs a group of questions at a time (bounded mass matrices at a million passages);
+    any grouping gives the same passages, chain facts and scores."""
+    index, encoder, questions = built
+    cfg = PPRConfig(link_threshold=0.5, fact_seeds=4)
+    whole = Engine(index, encoder, config=cfg).answer(questions)
+    seen = []
+
+    def groups(self, num_rows):
+        seen.append(num_rows)
+        return min(num_rows, group)
+
+    monkeypatch.setattr(PPRRetriever, "walk_rows", groups)
+    grouped = Engine(index, encoder, config=cfg).answer(questions)
+    assert seen and max(seen) > group  # the batch was split
+    for a, b in zip(whole, grouped):
+        assert a.passages == b.passages and a.notes == b.notes
+        assert [f.text for f in a.chain[0].facts] == [f.text for f in b.chain[0].facts]
+        assert [f.score for f in a.chain[0].facts] == pytest.approx([f.score for f in b.chain[0].facts], abs=1e-7)
+
+
+def test_ppr_walk_rows_follow_the_memory_budget(built):
+    index, encoder, _ = built
+    retriever = Engine(index, encoder, config=PPRConfig(memory_budget_mb=1)).retriever
+    per_question = 4 * (index.num_facts + 3 * index.num_passages)
+    assert retriever.walk_rows(10**6) == (1 << 20) // per_question
+    assert retriever.walk_rows(2) == 2
+
+
 def _reference_personalization(index, encoder, question, cfg, tagger):
     """One question's personalization in plain Python: brute-force cosine linking of each NER
     mention and of the question to entity names, weights by cfg.seed_weighting, fact seeds and

@@ -170,6 +170,46 @@ class PPRRetriever(Retriever):
         extra = torch.zeros_like(passage_mass).index_add_(1, self.steps.index.fact_passage, fact_mass)
         return passage_mass + self.config.fact_mass * extra
 
+    def walk_rows(self, num_rows: int) -> int:
+        """Seeded questions walked at once: the ``[Q', H + P]`` PPR mass and the ``[Q', P]`` scores
+        of one group fit the walk's memory budget (at a million passages a batch of 256 would
+        hold 5 GB of mass). Each question's PPR does not depend on the others', so the grouping
+        changes no result."""
+        from hpengine.retrieval._chunking import PPR_BUDGET_MB, resolve_memory_budget_mb
+
+        idx = self.steps.index
+        budget = resolve_memory_budget_mb(self.config.memory_budget_mb, idx.device, PPR_BUDGET_MB) << 20
+        per_question = 4 * (idx.num_facts + 3 * idx.num_passages)  # mass of facts and passages, scores, fill
+        return max(1, min(num_rows, budget // max(per_question, 1)))
+
+    def ranked_walk(self, ids: Tensor, mass: Tensor, k_facts: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The walk reduced to what the ranking keeps, a group of :meth:`walk_rows` questions at a time.
+
+        Returns:
+            ``(passages, fact_ids, fact_scores)``: int64 ``[Q', passage_width]`` passages by score
+            (``-1`` where no mass arrived), int64 ``[Q', k_facts]`` facts by PPR mass (``-1`` where
+            none) and their float32 mass.
+        """
+        cfg, idx = self.config, self.steps.index
+        num_q = ids.shape[0]
+        width = min(cfg.passage_width, idx.num_passages)
+        passages = torch.empty(num_q, width, dtype=torch.int64, device=ids.device)
+        fact_ids = torch.empty(num_q, k_facts, dtype=torch.int64, device=ids.device)
+        fact_scores = torch.empty(num_q, k_facts, dtype=torch.float32, device=ids.device)
+        step = self.walk_rows(num_q)
+        for lo in range(0, num_q, step):  # groups of questions, each walked as one batch
+            part = slice(lo, lo + step)
+            fact_mass, passage_mass = self.walk(ids[part], mass[part])
+            score = self.passage_scores(fact_mass, passage_mass)
+            top_score, top = torch.topk(score, width, dim=1)
+            del score, passage_mass
+            passages[part] = torch.where(top_score > 0, top, -1)  # unreached passages: dense fill
+            if k_facts:
+                f_score, f_ids = torch.topk(fact_mass, k_facts, dim=1)
+                fact_ids[part] = torch.where(f_score > 0, f_ids, -1)
+                fact_scores[part] = torch.where(f_score > 0, f_score.float(), 0.0)
+        return passages, fact_ids, fact_scores
+
     # ------------------------------------------------------------- retrieve
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """PPR ranking (dense fill; dense alone for questions with no seed, with a note) and the
@@ -188,15 +228,11 @@ class PPRRetriever(Retriever):
         chain_scores = torch.zeros(q, k_facts, device=dense.device)
         if rows.numel():
             with s.timer.stage("ppr"):
-                fact_mass, passage_mass = self.walk(ids[rows], mass[rows])
-            score = self.passage_scores(fact_mass, passage_mass)
-            top_score, top = torch.topk(score, min(cfg.passage_width, idx.num_passages), dim=1)
-            top = torch.where(top_score > 0, top, torch.full_like(top, -1))  # unreached passages: dense fill
+                top, f_ids, f_score = self.ranked_walk(ids[rows], mass[rows], k_facts)
             ranked[rows] = lead_then_fill(top, dense[rows], cfg.passage_width)
             if k_facts:
-                f_score, f_ids = torch.topk(fact_mass, k_facts, dim=1)
-                chain_ids[rows] = torch.where(f_score > 0, f_ids, torch.full_like(f_ids, -1))
-                chain_scores[rows] = torch.where(f_score > 0, f_score.float(), torch.zeros_like(f_score.float()))
+                chain_ids[rows] = f_ids
+                chain_scores[rows] = f_score
         notes = [[] if ok else [NO_SEED_NOTE] for ok in seeded.tolist()]
         return Retrieved(ranked, evidence=(chain_ids, chain_scores), hop_facts=s.chain_facts(chain_ids, chain_scores),
                          notes=notes)
