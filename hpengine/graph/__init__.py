@@ -7,6 +7,10 @@ from hpengine.graph._corpus import CorpusLoad, Passage, builtin_corpus_path, bui
 
 __all__ += ["CorpusLoad", "Passage", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
 
+from hpengine.graph._texts import PassageColumn, TextColumn
+
+__all__ += ["PassageColumn", "TextColumn"]
+
 from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, synonym_pairs
 
 __all__ += ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]

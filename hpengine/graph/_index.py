@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +35,12 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from hpengine.errors import UserError
-from hpengine.graph._corpus import Passage
 from hpengine.graph._hypergraph import HyperGraph
 from hpengine.graph._mmap import map_safetensors, read_safetensors, write_safetensors
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, SEGMENTED_VERSION, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
 from hpengine.graph._synonyms import expand_with_synonyms
+from hpengine.graph._texts import PassageColumn, TextColumn, release_freed_memory
 
 _META, _TEXTS, _TENSORS = MANIFEST, "texts.json", "tensors.safetensors"
 _SYNONYMS = "synonyms.safetensors"
@@ -62,9 +63,10 @@ class Index:
     """Everything retrieval needs, on one device.
 
     Attributes:
-        passages: P passages.
-        facts: H fact texts.
-        entities: V entity display names.
+        passages: P passages (a list of :class:`~hpengine.graph.Passage`; a loaded index holds a
+            read-only :class:`~hpengine.graph.PassageColumn`, one UTF-8 buffer per field).
+        facts: H fact texts (a list of str; loaded: a read-only :class:`~hpengine.graph.TextColumn`).
+        entities: V entity display names (as ``facts``).
         fact_passage: int64 ``[H]`` (sigma).
         fact_entity_raw: int64 ``[2, nnz_raw]`` extracted (fact, entity) pairs, before synonyms.
         synonyms: int64 ``[2, n]`` symmetric synonym entity pairs (cos >= eta).
@@ -73,9 +75,9 @@ class Index:
         meta: encoder name, build config, build report.
     """
 
-    passages: list
-    facts: list
-    entities: list
+    passages: Sequence
+    facts: Sequence
+    entities: Sequence
     fact_passage: Tensor
     fact_entity_raw: Tensor
     synonyms: Tensor
@@ -390,7 +392,7 @@ def _save_tensors(tensors: dict, path: Path) -> None:
 
 def _write_texts(path: Path, passages: list, facts: list, entities: list) -> None:
     write_json_durable(path, {"passages": [{"title": p.title, "text": p.text} for p in passages],
-                              "facts": facts, "entities": entities})
+                              "facts": list(facts), "entities": list(entities)})
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -425,13 +427,12 @@ def _read_segments(path, folder: Path, meta: dict, device: torch.device, mmap: b
     if type(count) is not int or not 0 <= count <= MAX_SEGMENTS:
         raise IndexFormatError(f"{path}/{_META}: segments must be an int in [0, {MAX_SEGMENTS}] (got {count!r})")
     parts = [folder] + [folder / _segment(i) for i in range(1, count + 1)]
-    passages, facts, entities, blocks = [], [], [], []
+    columns, blocks = [], []
     for part in parts:
-        p, f, e = _read_texts(part / _TEXTS)
-        passages += p
-        facts += f
-        entities += e
+        columns.append(_read_texts(part / _TEXTS))
         blocks.append(_read_tensors(part / _TENSORS, device, mmap))
+    passages = PassageColumn.concat([c[0] for c in columns])
+    facts, entities = (TextColumn.concat([c[k] for c in columns]) for k in (1, 2))
     tensors = dict(blocks[0])
     for name in ("fact_passage", "fact_emb", "entity_emb", "passage_emb", "fact_entity_raw"):
         pieces = [b.get(name) for b in blocks]
@@ -457,8 +458,8 @@ def _need(tensors: dict, name: str, path: Path) -> Tensor:
     return tensors[name]
 
 
-def _read_texts(path: Path) -> tuple[list, list, list]:
-    """``texts.json`` as (passages, facts, entities), every field type-checked."""
+def _read_texts(path: Path) -> tuple[PassageColumn, TextColumn, TextColumn]:
+    """``texts.json`` as (passages, facts, entities) columns, every field type-checked."""
     texts = read_json(path)
     if not isinstance(texts, dict):
         raise IndexFormatError(f"{path}: expected a JSON object with passages, facts, entities "
@@ -467,17 +468,24 @@ def _read_texts(path: Path) -> tuple[list, list, list]:
         if not isinstance(texts.get(key), list):
             raise IndexFormatError(f"{path}: {key!r} must be a list "
                                    f"(got {type(texts.get(key)).__name__ if key in texts else 'no such key'})")
-    passages = []
     for i, rec in enumerate(texts["passages"]):
         if not (isinstance(rec, dict) and isinstance(rec.get("title"), str) and isinstance(rec.get("text"), str)):
             raise IndexFormatError(f"{path}: passages[{i}] must be an object with str 'title' and 'text' "
                                    f"(got {rec!r:.80})")
-        passages.append(Passage(rec["title"], rec["text"]))
     for key in ("facts", "entities"):
         bad = next((i for i, x in enumerate(texts[key]) if not isinstance(x, str)), None)
         if bad is not None:
             raise IndexFormatError(f"{path}: {key}[{bad}] must be a str (got {texts[key][bad]!r:.80})")
-    return passages, texts["facts"], texts["entities"]
+    # compact columns (one UTF-8 buffer each), each list dropped as soon as it is packed
+    records = texts.pop("passages")
+    passages = PassageColumn(TextColumn.from_strings(r["title"] for r in records),
+                             TextColumn.from_strings(r["text"] for r in records))
+    del records
+    facts = TextColumn.from_strings(texts.pop("facts"))
+    entities = TextColumn.from_strings(texts.pop("entities"))
+    del texts
+    release_freed_memory()
+    return passages, facts, entities
 
 
 def _fsync_file(path: Path) -> None:

@@ -3,18 +3,28 @@ entity ids by name, each passage's title entity, each entity's home passages, pa
 and the extracted (pre-synonym) incidence as CSR."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from hpengine.graph._texts import PassageColumn
 from hpengine.models import entity_key
 from hpengine.sparse import csr_arrays
+
+
+#: the 64-bit key hash of the entity lookup (Python's own: the table lives in one process only)
+_hash = hash
+
+
+def _titles(passages):
+    """The passages' titles (a loaded index's column of them, without building the passages)."""
+    return passages.titles if isinstance(passages, PassageColumn) else [p.title for p in passages]
 
 
 class IndexLookups:
     """Derived lookups of an :class:`~hpengine.graph.Index` (get them with ``index.lookups``).
 
     Attributes:
-        key_to_entity: ``{entity_key(name): entity id}`` (the last id wins for equal keys).
         title_entity: int64 ``[P]``, the entity named exactly by each passage's title, ``-1`` for none.
         home_crow, home_col: CSR ``[V, P]`` of each entity's home passages (titled with its name).
         passage_crow, passage_facts: CSR ``[P, H]`` of each passage's facts, in fact-id order.
@@ -23,14 +33,40 @@ class IndexLookups:
     def __init__(self, index):
         self._index = index
         device = index.device
-        self.key_to_entity = {entity_key(name): i for i, name in enumerate(index.entities)}
-        self.title_entity = torch.tensor([self.key_to_entity.get(entity_key(p.title), -1) for p in index.passages],
-                                         dtype=torch.int64, device=device)  # [P]
+        # entity ids by name key: the keys' hashes sorted (16 bytes per entity; a dict of the keys
+        # took 0.7 GB at a million passages), every hit checked against the entity's own key
+        hashes = np.fromiter((_hash(entity_key(name)) for name in index.entities), dtype=np.int64,
+                             count=index.num_entities)
+        self._key_order = np.argsort(hashes, kind="stable")  # equal hashes keep id order
+        self._key_hash = hashes[self._key_order]
+        self.title_entity = torch.from_numpy(self._ids_of_keys([entity_key(t) for t in _titles(index.passages)]))
+        self.title_entity = self.title_entity.to(device)  # [P]
         titled = torch.nonzero(self.title_entity >= 0).squeeze(1)
         self.home_crow, self.home_col = csr_arrays(self.title_entity[titled], titled, index.num_entities)
         self.passage_crow, self.passage_facts = csr_arrays(
             index.fact_passage, torch.arange(index.num_facts, device=device), index.num_passages)
         self._extracted: dict = {}
+
+    def _ids_of_keys(self, keys: list) -> np.ndarray:
+        """int64 ``[n]``: :meth:`entity_id` of each key, the hash search done for all at once."""
+        hashes = np.fromiter(map(_hash, keys), dtype=np.int64, count=len(keys))
+        lo = np.searchsorted(self._key_hash, hashes, "left")
+        hi = np.searchsorted(self._key_hash, hashes, "right")
+        ids = np.full(len(keys), -1, dtype=np.int64)
+        for i in np.nonzero(hi > lo)[0].tolist():  # only keys whose hash some entity has
+            ids[i] = self._checked(keys[i], int(lo[i]), int(hi[i]))
+        return ids
+
+    def _checked(self, key: str, lo: int, hi: int) -> int:
+        for e in self._key_order[lo:hi][::-1].tolist():  # usually one candidate; the last id wins
+            if entity_key(self._index.entities[e]) == key:
+                return e
+        return -1
+
+    def entity_id(self, key: str) -> int:
+        """The entity whose :func:`~hpengine.models.entity_key` is ``key`` (the last id for equal
+        keys), ``-1`` for none."""
+        return int(self._ids_of_keys([key])[0])
 
     def extracted_incidence(self, skip_own_title: bool = False) -> tuple[Tensor, Tensor]:
         """CSR ``[H, V]`` (``crow``, ``col``) of the extracted (fact, entity) pairs, before synonyms.
@@ -55,5 +91,8 @@ class IndexLookups:
         Shapes:
             ``len(names)`` strings -> int64 ``[len(names)]``.
         """
-        ids = [self.key_to_entity.get(entity_key(n), -1) if n else -1 for n in names]
-        return torch.tensor(ids, dtype=torch.int64, device=self._index.device)
+        ids = self._ids_of_keys([entity_key(n) for n in names])
+        empty = [i for i, n in enumerate(names) if not n]
+        if empty:
+            ids[empty] = -1
+        return torch.from_numpy(ids).to(self._index.device)

@@ -175,7 +175,7 @@ class PPRRetriever(Retriever):
         of one group fit the walk's memory budget (at a million passages a batch of 256 would
         hold 5 GB of mass). Each question's PPR does not depend on the others', so the grouping
         changes no result."""
-        from hpengine.retrieval._chunking import PPR_BUDGET_MB, resolve_memory_budget_mb
+        from hpengine.retrieval import PPR_BUDGET_MB, resolve_memory_budget_mb
 
         idx = self.steps.index
         budget = resolve_memory_budget_mb(self.config.memory_budget_mb, idx.device, PPR_BUDGET_MB) << 20
