@@ -182,6 +182,9 @@ class RetrievalConfig:
     approximate_min_keys: int = 1_000_000  # where auto turns approximate (benchmark corpora stay exact)
     faiss_nlist: int = 1024  # IVF cells, at most MAX_CELLS = 65,536 (lowered to H / 39 for small indexes)
     faiss_nprobe: int = 128  # cells searched, at most 65,536 (lowered to the cells; 16 cost 1-2 points of R@5)
+    # what IVF cells store: auto (full vectors up to 512 MiB of them, product-quantizer codes re-scored
+    # exactly above) | full | pq
+    faiss_codes: str = "auto"
     # bounds the per-chunk working set of a hop, in MiB (at most MAX_MEMORY_MB, 1 TiB); 0: 2048 on the CPU,
     # 1/8 of the free memory on CUDA
     memory_budget_mb: int = 0
@@ -202,6 +205,7 @@ class RetrievalConfig:
         _check_range("retrieval.memory_budget_mb", self.memory_budget_mb, 0, MAX_MEMORY_MB)
         _check_choice("retrieval.seed_backend", self.seed_backend, {"auto", "exact", "faiss_flat", "faiss_ivf"})
         _check_range("retrieval.approximate_min_keys", self.approximate_min_keys, 1, MAX_KEYS)
+        _check_choice("retrieval.faiss_codes", self.faiss_codes, {"auto", "full", "pq"})
         _check_choice("retrieval.seed_weighting", self.seed_weighting, {"cosine", "uniform"})
         _check_range("retrieval.theta", self.theta, 0.0, 1.0)  # T* entries lie in [0, 1]
         if self.subgraph_size < self.num_seeds:

@@ -113,7 +113,8 @@ class Index:
         """The hypergraph over the synonym-expanded incidence (built once, cached)."""
         if self._graph is None:
             expanded = expand_with_synonyms(self.fact_entity_raw, self.synonyms, self.num_facts, self.num_entities)
-            self._graph = HyperGraph.from_incidence(expanded, self.fact_passage, self.num_entities, self.num_passages)
+            self._graph = HyperGraph.from_incidence(expanded, self.fact_passage, self.num_entities, self.num_passages,
+                                                    coalesced=True)  # expand_with_synonyms sorts and dedups
         return self._graph
 
     @property

@@ -13,6 +13,42 @@ _BACKENDS = ("auto", "exact", "faiss_flat", "faiss_ivf")
 APPROXIMATE_MIN_KEYS = 1_000_000
 #: IVF trains on every key up to this many bytes of float32 copy, on a sample of that size above
 IVF_TRAIN_MAX_BYTES = 1 << 30
+#: ``codes="auto"``: IVF keeps full codes (float32, or fp16 for half keys) up to this many bytes of
+#: them, product-quantizer codes above (3.86M half fact vectors would add 3 GB of fp16 codes)
+PQ_MIN_BYTES = 512 << 20
+#: product-quantizer codes: candidates re-scored exactly per key wanted
+PQ_REFINE = 4
+_CODES = ("auto", "full", "pq")
+#: queries re-scored at a time after a product-quantizer search (bounds the gathered keys)
+_RESCORE_QUERIES = 64
+
+
+def resolve_codes(codes: str, num_keys: int, dim: int, element_size: int) -> str:
+    """The IVF codes a ``codes`` setting gives: ``"auto"`` is ``"full"`` while the full codes
+    (``num_keys * dim`` values of 4 bytes, 2 for half keys) take at most ``PQ_MIN_BYTES``, else
+    ``"pq"``.
+
+    Example:
+        >>> resolve_codes("auto", 100_000, 384, 4), resolve_codes("auto", 3_861_030, 384, 2)
+        ('full', 'pq')
+    """
+    if codes not in _CODES:
+        raise ValueError(f"codes must be one of {list(_CODES)} (got {codes!r})")
+    if codes != "auto":
+        return codes
+    full_bytes = num_keys * dim * min(element_size, 4)
+    return "pq" if full_bytes > PQ_MIN_BYTES else "full"
+
+
+def pq_subquantizers(dim: int) -> int:
+    """Sub-vectors of a product-quantizer code: the largest divisor of ``dim`` up to ``dim // 8``
+    (one byte per 8 dimensions: 48 for 384).
+
+    Example:
+        >>> pq_subquantizers(384), pq_subquantizers(100), pq_subquantizers(7)
+        (48, 10, 1)
+    """
+    return max([m for m in range(1, max(dim // 8, 1) + 1) if dim % m == 0])
 
 
 def resolve_backend(backend: str, num_keys: int, approximate_min_keys: int = APPROXIMATE_MIN_KEYS) -> str:
@@ -125,6 +161,12 @@ class DenseIndex:
         nlist: IVF cells (default 1024). nprobe: IVF cells searched (default 128: recall of the top 8
             facts 0.987-0.998 on the dev sets; 16 gave 0.82-0.93).
         approximate_min_keys: where ``"auto"`` turns approximate (default 1,000,000).
+        codes: what the IVF cells store: ``"full"`` (the normalised keys: float32, fp16 for half keys),
+            ``"pq"`` (product-quantizer codes, one byte per 8 dims, whose ``refine * k`` best
+            candidates are re-scored by exact cosines from ``keys``) or ``"auto"`` (``"pq"`` once full
+            codes would pass ``PQ_MIN_BYTES``, 512 MiB: :func:`resolve_codes`; ``codes`` holds the
+            resolved one, None for the other backends).
+        refine: candidates per key wanted with ``"pq"`` codes (default 4).
         chunk_size: keys per chunk of the exact search (default 65536).
 
     Shapes:
@@ -138,15 +180,19 @@ class DenseIndex:
     """
 
     def __init__(self, keys: Tensor, *, backend: str = "exact", nlist: int = 1024, nprobe: int = 128,
-                 chunk_size: int = 65536, approximate_min_keys: int = APPROXIMATE_MIN_KEYS):
+                 chunk_size: int = 65536, approximate_min_keys: int = APPROXIMATE_MIN_KEYS, codes: str = "auto",
+                 refine: int = PQ_REFINE):
         _check_embeddings("keys", keys, 2)
         for name, v in (("nlist", nlist), ("nprobe", nprobe), ("chunk_size", chunk_size),
-                        ("approximate_min_keys", approximate_min_keys)):
+                        ("approximate_min_keys", approximate_min_keys), ("refine", refine)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int (got {v!r})")
         backend = resolve_backend(backend, int(keys.shape[0]), approximate_min_keys)
+        codes = resolve_codes(codes, int(keys.shape[0]), int(keys.shape[1]), keys.element_size())
         self.keys = keys
         self.backend = backend
+        self.codes = codes if backend == "faiss_ivf" else None
+        self.refine = refine
         self.chunk_size = chunk_size
         norms = torch.empty(keys.shape[0], dtype=torch.float32, device=keys.device)  # [N], a chunk at a time
         for lo in range(0, keys.shape[0], chunk_size):
@@ -162,7 +208,7 @@ class DenseIndex:
         """Build from a :class:`hpengine.config.RetrievalConfig` (``seed_backend``, ``faiss_*``,
         ``approximate_min_keys``)."""
         return cls(keys, backend=cfg.seed_backend, nlist=cfg.faiss_nlist, nprobe=cfg.faiss_nprobe,
-                   approximate_min_keys=cfg.approximate_min_keys)
+                   approximate_min_keys=cfg.approximate_min_keys, codes=cfg.faiss_codes)
 
     @property
     def exact(self) -> bool:
@@ -198,7 +244,10 @@ class DenseIndex:
         else:
             cells = max(1, min(nlist, num // 39))
             quantizer = faiss.IndexFlatIP(dim)
-            if self.keys.dtype in (torch.float16, torch.bfloat16):  # half keys: half codes (half the memory)
+            if self.codes == "pq":  # one byte per 8 dims (48 B for 384), candidates re-scored exactly
+                bits = max(1, min(8, (num // 39).bit_length() - 1))  # 2^bits centroids need ~39 rows each
+                index = faiss.IndexIVFPQ(quantizer, dim, cells, pq_subquantizers(dim), bits, faiss.METRIC_INNER_PRODUCT)
+            elif self.keys.dtype in (torch.float16, torch.bfloat16):  # half keys: half codes (half the memory)
                 index = faiss.IndexIVFScalarQuantizer(quantizer, dim, cells, faiss.ScalarQuantizer.QT_fp16,
                                                       faiss.METRIC_INNER_PRODUCT)
             else:
@@ -257,6 +306,12 @@ class DenseIndex:
             return dense_topk(qn, self.keys, k, chunk_size or self.chunk_size, key_scale=self.inv_norm)
         if k == 0 or qn.shape[0] == 0:
             return dense_topk(qn, self.keys[:0], k)
+        if self.codes == "pq":
+            return self._search_rescored(qn, k)
+        return self._faiss_search(qn, k)
+
+    def _faiss_search(self, qn: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """FAISS' own top-``k`` of unit queries: float32 scores (``-inf`` padded), int64 ids."""
         if self._faiss_gpu:
             scores, ids = self._faiss.search(qn.contiguous(), k)
         else:
@@ -265,6 +320,22 @@ class DenseIndex:
         ids = ids.long()
         scores = torch.where(ids >= 0, scores.float(), float("-inf"))
         return scores, ids
+
+    def _search_rescored(self, qn: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Product-quantizer candidates (``refine * k`` per query), re-scored by exact cosines."""
+        wide = min(self.num_keys, self.refine * k)
+        _, cand = self._faiss_search(qn, wide)  # [Q, wide]
+        scores = torch.empty(qn.shape[0], wide, dtype=torch.float32, device=qn.device)
+        for lo in range(0, qn.shape[0], _RESCORE_QUERIES):  # bounds the gathered [q, wide, D] keys
+            scores[lo:lo + _RESCORE_QUERIES] = self.cosine(qn[lo:lo + _RESCORE_QUERIES], cand[lo:lo + _RESCORE_QUERIES])
+        scores = torch.where(cand >= 0, scores, float("-inf"))
+        top, pos = torch.topk(scores, min(k, wide), dim=1)
+        ids = torch.where(torch.isneginf(top), -1, torch.gather(cand, 1, pos))
+        if top.shape[1] < k:  # fewer keys than k: pad as dense_topk does
+            pad = k - top.shape[1]
+            top = torch.cat([top, top.new_full((top.shape[0], pad), float("-inf"))], dim=1)
+            ids = torch.cat([ids, ids.new_full((ids.shape[0], pad), -1)], dim=1)
+        return top, ids
 
     def scores(self, queries: Tensor, *, out: Tensor | None = None, chunk_size: int | None = None) -> Tensor:
         """Exact float32 cosines of every query with every key (the ``[Q, N]`` matrix).
@@ -327,4 +398,4 @@ class DenseIndex:
         return torch.where(ids >= 0, dots * self.inv_norm.index_select(0, safe).view(ids.shape), 0.0)
 
     def __repr__(self) -> str:
-        return f"DenseIndex(backend={self.backend!r}, num_keys={self.num_keys}, dim={self.dim}, device={self.device})"
+        return f"DenseIndex(backend={self.backend!r}, codes={self.codes!r}, num_keys={self.num_keys}, dim={self.dim}, device={self.device})"

@@ -181,7 +181,7 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
     if index is None:
         backend = "exact" if seeds is not None else cfg.seed_backend  # given seeds: cosines only
         index = DenseIndex(fact_embeddings, backend=backend, nlist=cfg.faiss_nlist, nprobe=cfg.faiss_nprobe,
-                           approximate_min_keys=cfg.approximate_min_keys)
+                           approximate_min_keys=cfg.approximate_min_keys, codes=cfg.faiss_codes)
     elif not isinstance(index, DenseIndex):
         raise TypeError(f"index must be a hpengine.retrieval.DenseIndex (got {type(index).__name__})")
     elif index.num_keys != num_facts or index.dim != dim or index.device != device:

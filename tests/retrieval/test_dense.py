@@ -100,6 +100,39 @@ def test_faiss_ivf_over_half_keys_stores_half_codes(dtype, monkeypatch):
     assert len(rows) == 512 and rows[0] == 0 and rows[-1] == 599 and bool((rows[1:] > rows[:-1]).all())
 
 
+@with_package("faiss")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_faiss_ivf_product_quantizer_codes_rescore_exactly(dtype, monkeypatch):
+    """Product-quantizer codes (what large key sets get): the returned scores are the exact cosines
+    of the returned ids, and with every cell probed and every key a candidate the result is the
+    exact search's; with few candidates most of the exact top keys are still found."""
+    import faiss
+
+    import hpengine.retrieval._dense as mod
+
+    gen = torch.Generator().manual_seed(5)
+    centres = torch.randn(40, 32, generator=gen)
+    keys = (centres[torch.randint(0, 40, (3000,), generator=gen)] + 0.3 * torch.randn(3000, 32, generator=gen))
+    keys, q = keys.to(dtype), centres[:9] + 0.3 * torch.randn(9, 32, generator=gen)
+    exact = DenseIndex(keys).search(q, 5)
+    every = DenseIndex(keys, backend="faiss_ivf", nlist=8, nprobe=8, codes="pq", refine=600)  # 5 * 600 = all keys
+    assert isinstance(every._faiss, faiss.IndexIVFPQ) and every.codes == "pq" and every._faiss.pq.M == 4
+    got = every.search(q, 5)
+    assert torch.equal(got[1], exact[1])
+    torch.testing.assert_close(got[0], exact[0], atol=1e-6, rtol=0)
+    few = DenseIndex(keys, backend="faiss_ivf", nlist=8, nprobe=8, codes="pq", refine=20).search(q, 5)
+    torch.testing.assert_close(few[0], every.cosine(q, few[1]), atol=1e-6, rtol=0)  # exact cosines
+    found = sum(len(set(a) & set(b)) for a, b in zip(few[1].tolist(), exact[1].tolist()))
+    assert found >= 0.9 * exact[1].numel()  # 100 of 3000 keys re-scored (tight clusters: PQ codes alone tie)
+    padded = DenseIndex(keys[:50], backend="faiss_ivf", nlist=1, nprobe=1, codes="pq").search(q, 60)
+    assert padded[1].shape == (9, 60) and (padded[1][:, 50:] == -1).all() and torch.isneginf(padded[0][:, 50:]).all()
+    assert sorted(padded[1][0, :50].tolist()) == list(range(50))
+    monkeypatch.setattr(mod, "PQ_MIN_BYTES", 3000 * 32 * keys.element_size() - 1)  # auto: just past full codes
+    assert DenseIndex(keys, backend="faiss_ivf", nlist=8).codes == "pq"
+    assert DenseIndex(keys[:-1], backend="faiss_ivf", nlist=8).codes == "full"
+    assert DenseIndex(keys, backend="auto").codes is None and DenseIndex(keys, backend="faiss_flat").codes is None
+
+
 def test_dense_errors():
     with pytest.raises(ValueError, match="same dim"):
         dense_topk(torch.randn(2, 3), torch.randn(4, 5), 1)
@@ -109,5 +142,7 @@ def test_dense_errors():
         dense_topk(torch.randn(2, 3), torch.randn(4, 3), 1, chunk_size=0)
     with pytest.raises(ValueError, match="backend must be one of"):
         DenseIndex(torch.randn(4, 3), backend="hnsw")
+    with pytest.raises(ValueError, match="codes must be one of"):
+        DenseIndex(torch.randn(4, 3), codes="hnsw")
     with pytest.raises(ValueError, match="D=3"):
         DenseIndex(torch.randn(4, 3)).search(torch.randn(2, 5), 1)

@@ -26,6 +26,31 @@ def test_tiny_weights_follow_degrees():
     torch.testing.assert_close(t[0], torch.tensor([0.0, 5 / 7, 2 / 7], dtype=torch.float64))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_coalesced_pairs_are_kept_as_given(seed):
+    """``coalesced=True`` (sorted unique pairs, as expand_with_synonyms gives) builds the same graph
+    and operator without sorting again; int32 CSR indices, owned (not views of the pairs)."""
+    fe, fp, v, p = random_hypergraph(seed)
+    ref = HyperGraph.from_incidence(fe, fp, v, p)
+    given = HyperGraph.from_incidence(ref.fact_entity.clone(), fp, v, p, coalesced=True).validate()
+    assert torch.equal(given.fact_entity, ref.fact_entity)
+    torch.testing.assert_close(given.transition(torch.float64).to_dense(), ref.transition(torch.float64).to_dense())
+    b, bt = given.transition().b, given.transition().bt
+    assert b.col_indices().dtype == torch.int32 and bt.crow_indices().dtype == torch.int32
+    assert b.col_indices().untyped_storage().nbytes() == 4 * b.col_indices().numel()
+    with pytest.raises(ValueError, match="fact ids"):
+        HyperGraph.from_incidence(torch.tensor([[fp.numel()], [0]]), fp, v, p, coalesced=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_entity_passage_count_equals_per_entity_sets(seed):
+    fe, fp, v, p = random_hypergraph(seed)
+    g = HyperGraph.from_incidence(fe, fp, v, p)
+    ref = [len({int(fp[f]) for f, e in g.fact_entity.t().tolist() if e == ent}) for ent in range(v)]
+    for chunk in (1, 3, 1 << 24):  # blocks of entity rows: the result does not depend on their size
+        assert g.entity_passage_count(chunk).tolist() == ref
+
+
 @with_devices
 @pytest.mark.parametrize("seed", range(6))
 def test_matches_dense_reference(seed, device):

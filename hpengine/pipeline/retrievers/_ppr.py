@@ -32,11 +32,8 @@ class PPRRetriever(Retriever):
     def __init__(self, steps):
         super().__init__(steps)
         idx = steps.index
-        g = idx.graph
-        v, p = idx.num_entities, max(idx.num_passages, 1)
         # HippoRAG's node specificity: 1 / the number of passages an entity occurs in
-        pairs = torch.unique(g.fact_entity[1] * p + idx.fact_passage[g.fact_entity[0]])
-        self.entity_passages = torch.bincount(pairs // p, minlength=v).to(idx.fact_emb.device)  # [V]
+        self.entity_passages = idx.graph.entity_passage_count().to(idx.fact_emb.device)  # [V]
         self._tagger = None
         # a cosine threshold is on the encoder's scale: unset, it is the encoder's (E5's cosines sit higher)
         threshold = self.config.link_threshold
