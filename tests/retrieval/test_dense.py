@@ -115,8 +115,8 @@ def test_faiss_ivf_product_quantizer_codes_rescore_exactly(dtype, monkeypatch):
     keys = (centres[torch.randint(0, 40, (3000,), generator=gen)] + 0.3 * torch.randn(3000, 32, generator=gen))
     keys, q = keys.to(dtype), centres[:9] + 0.3 * torch.randn(9, 32, generator=gen)
     exact = DenseIndex(keys).search(q, 5)
-    every = DenseIndex(keys, backend="faiss_ivf", nlist=8, nprobe=8, codes="pq", refine=600)  # 5 * 600 = all keys
-    assert isinstance(every._faiss, faiss.IndexIVFPQ) and every.codes == "pq" and every._faiss.pq.M == 4
+    every = DenseIndex(keys, backend="faiss_ivf", nlist=8, nprobe=8, codes="pq", refine=600)  # 5 * 600: all keys
+    assert isinstance(every._faiss, faiss.IndexIVFPQ) and every.codes == "pq" and every._faiss.pq.M == 8
     got = every.search(q, 5)
     assert torch.equal(got[1], exact[1])
     torch.testing.assert_close(got[0], exact[0], atol=1e-6, rtol=0)
