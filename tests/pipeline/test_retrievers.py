@@ -10,6 +10,7 @@ from hpengine.config import DenseConfig, EncoderConfig, EngineConfig, HyperProve
 from hpengine.models import MentionTagger
 from hpengine.pipeline import Engine, Prediction, Retrieved, Retriever, available_retrievers, get_retriever, register_retriever
 from hpengine.pipeline.retrievers import PPRRetriever
+from hpengine.testing import with_package
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +140,29 @@ def test_ppr_walk_rows_follow_the_memory_budget(built):
     per_question = 4 * (index.num_facts + 3 * index.num_passages)
     assert retriever.walk_rows(10**6) == (1 << 20) // per_question
     assert retriever.walk_rows(2) == 2
+
+
+@with_package("faiss")
+def test_entity_links_follow_the_fact_search_backend(built):
+    """Names are searched exactly while the backend resolves to exact for them (the same call as
+    before: benchmark-sized indexes do not change), by a DenseIndex otherwise."""
+    from hpengine.config import RetrievalConfig
+    from hpengine.retrieval import dense_topk
+
+    index, encoder, questions = built
+    q = encoder.encode(questions, kind="query").to(index.fact_emb.dtype)
+    want = dense_topk(q, index.entity_emb, 4)
+    steps = Engine(index, encoder, RetrievalConfig(), PPRConfig()).retriever.steps
+    got = steps.entity_topk(q, 4)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0]) and steps._entity_index is None
+    flat = Engine(index, encoder, RetrievalConfig(seed_backend="faiss_flat"), PPRConfig()).retriever.steps
+    got = flat.entity_topk(q, 4)
+    assert flat._entity_index.backend == "faiss_flat" and flat._entity_index.num_keys == index.num_entities
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)
+    assert (got[1] == want[1]).float().mean() > 0.95  # exact both: ids differ only at float ties
+    sized = Engine(index, encoder, RetrievalConfig(approximate_min_keys=index.num_entities), PPRConfig()).retriever.steps
+    sized.entity_topk(q, 4)
+    assert sized._entity_index.backend == "faiss_ivf"  # auto: approximate from approximate_min_keys names
 
 
 def _reference_personalization(index, encoder, question, cfg, tagger):

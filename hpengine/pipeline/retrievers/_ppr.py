@@ -112,8 +112,6 @@ class PPRRetriever(Retriever):
     def _entity_links(self, questions: list, question_emb: Tensor):
         """Dense links of the question's NER mentions and of the whole question to entity names:
         ``(question row, entity, cosine)`` triples, each ``[n, k]``."""
-        from hpengine.retrieval import dense_topk
-
         s, cfg, idx = self.steps, self.config, self.steps.index
         v = idx.num_entities
         if cfg.use_ner and cfg.links_per_mention > 0 and v:
@@ -123,10 +121,10 @@ class PPRRetriever(Retriever):
             if flat:
                 owner = torch.tensor([i for i, ms in enumerate(mentions) for _ in ms], device=question_emb.device)
                 # a mention is a piece of the question: query prompt (docs/DESIGN.md, "Encoder prompts")
-                sim, ent = dense_topk(s.encode(flat, kind="query"), idx.entity_emb, min(cfg.links_per_mention, v))
+                sim, ent = s.entity_topk(s.encode(flat, kind="query"), min(cfg.links_per_mention, v))
                 yield owner.unsqueeze(1).expand_as(ent), ent, sim
         if cfg.link_question and cfg.links_per_question > 0 and v:
-            sim, ent = dense_topk(question_emb, idx.entity_emb, min(cfg.links_per_question, v))
+            sim, ent = s.entity_topk(question_emb, min(cfg.links_per_question, v))
             yield torch.arange(len(questions), device=ent.device).unsqueeze(1).expand_as(ent), ent, sim
 
     def _fact_entities(self, question_emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
