@@ -8,8 +8,9 @@ from hpengine.graph._corpus import CorpusLoad, Passage, builtin_corpus_path, bui
 __all__ += ["CorpusLoad", "Passage", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
 
 from hpengine.graph._texts import PassageColumn, TextColumn
+from hpengine.graph._mmap import page_out
 
-__all__ += ["PassageColumn", "TextColumn"]
+__all__ += ["PassageColumn", "TextColumn", "page_out"]
 
 from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, synonym_pairs
 

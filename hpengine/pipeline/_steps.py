@@ -63,10 +63,20 @@ class QASteps:
     def fact_index(self):
         """The :class:`~hpengine.retrieval.DenseIndex` over fact embeddings (built once)."""
         if self._fact_index is None:
-            from hpengine.retrieval import DenseIndex
-
-            self._fact_index = DenseIndex.from_config(self.index.fact_emb, self.retrieval)
+            self._fact_index = self._dense_index(self.index.fact_emb)
         return self._fact_index
+
+    def _dense_index(self, keys: Tensor):
+        """A :class:`~hpengine.retrieval.DenseIndex` from ``retrieval``; when it is approximate, the
+        build's pass over memory-mapped keys is handed back to the kernel (:func:`~hpengine.graph.page_out`):
+        FAISS keeps its own codes and later searches read only the candidates' rows."""
+        from hpengine.graph import page_out
+        from hpengine.retrieval import DenseIndex
+
+        index = DenseIndex.from_config(keys, self.retrieval)
+        if not index.exact:
+            page_out(keys)
+        return index
 
     def entity_topk(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` entity names nearest each query: ``(cosine, entity id)``, float32 and int64
@@ -75,24 +85,22 @@ class QASteps:
         Exact (:func:`~hpengine.retrieval.dense_topk` over the unit name vectors) while
         ``retrieval.seed_backend`` resolves to ``"exact"`` for the index's names; otherwise a
         :class:`~hpengine.retrieval.DenseIndex` over them, built once (at 4.2M names the exact scan
-        reads 3.3 GB of name vectors per batch and took 80% of PPR's seeding time).
+        reads 3.3 GB of name vectors per batch).
         """
-        from hpengine.retrieval import DenseIndex, dense_topk, resolve_backend
+        from hpengine.retrieval import dense_topk, resolve_backend
 
         names, cfg = self.index.entity_emb, self.retrieval
         if resolve_backend(cfg.seed_backend, int(names.shape[0]), cfg.approximate_min_keys) == "exact":
             return dense_topk(queries, names, k)
         if self._entity_index is None:
-            self._entity_index = DenseIndex.from_config(names, cfg)
+            self._entity_index = self._dense_index(names)
         return self._entity_index.search(queries, k)
 
     def passage_index(self):
         """The :class:`~hpengine.retrieval.DenseIndex` over passage embeddings (built once; its
         backend resolved from ``retrieval.seed_backend`` and the number of passages)."""
         if self._passage_index is None:
-            from hpengine.retrieval import DenseIndex
-
-            self._passage_index = DenseIndex.from_config(self.index.passage_emb, self.retrieval)
+            self._passage_index = self._dense_index(self.index.passage_emb)
         return self._passage_index
 
     def dense_passages(self, query_emb: Tensor, k: int) -> Tensor:

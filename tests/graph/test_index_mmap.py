@@ -337,3 +337,25 @@ def test_write_safetensors_writes_save_files_bytes(tmp_path, metadata):
     assert back.keys() == tensors.keys() and all(torch.equal(back[k], tensors[k]) for k in tensors)
     with pytest.raises(ValueError, match="tensor 'a' must be a contiguous CPU tensor"):
         write_safetensors({"a": torch.randn(3, 4).T}, tmp_path / "bad.safetensors")
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_page_out_hands_mapped_pages_back_and_keeps_the_values(tmp_path):
+    from hpengine.graph import page_out
+
+    t = torch.arange(16 << 20, dtype=torch.int32).view(torch.float32)  # 64 MiB, every value distinct
+    save_file({"x": t}, str(tmp_path / "a.safetensors"))
+    mapped = map_safetensors(tmp_path / "a.safetensors")["x"]
+    assert torch.equal(mapped.view(torch.int32), t.view(torch.int32))  # every page read
+    before = _rss_file_kib()
+    if not page_out(mapped):
+        pytest.skip("this kernel refuses MADV_PAGEOUT")
+    assert before - _rss_file_kib() > 32 << 10  # most of the 64 MiB left the resident set
+    assert torch.equal(mapped.view(torch.int32), t.view(torch.int32))  # read again from the file
+    assert not page_out(torch.zeros(1 << 20))  # anonymous memory: left alone (it would go to swap)
+    assert not page_out(mapped[:0])
