@@ -68,15 +68,13 @@ class QASteps:
 
     def _dense_index(self, keys: Tensor):
         """A :class:`~hpengine.retrieval.DenseIndex` from ``retrieval``; when it is approximate, the
-        build's pass over memory-mapped keys is handed back to the kernel (:func:`~hpengine.graph.page_out`):
-        FAISS keeps its own codes and later searches read only the candidates' rows."""
+        blocks of memory-mapped keys its build reads are handed back to the kernel as it goes
+        (:func:`~hpengine.graph.page_out`): FAISS keeps its own codes and later searches read only
+        the candidates' rows."""
         from hpengine.graph import page_out
         from hpengine.retrieval import DenseIndex
 
-        index = DenseIndex.from_config(keys, self.retrieval)
-        if not index.exact:
-            page_out(keys)
-        return index
+        return DenseIndex.from_config(keys, self.retrieval, release=page_out)
 
     def entity_topk(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` entity names nearest each query: ``(cosine, entity id)``, float32 and int64

@@ -18,7 +18,8 @@ IVF_TRAIN_MAX_BYTES = 1 << 30
 PQ_MIN_BYTES = 512 << 20
 #: product-quantizer codes: candidates re-scored exactly per key wanted (3.86M facts of the 1M-passage
 #: index, 256 questions, top 8: recall 0.979 against exact search at 8 and at 64, the same as full
-#: fp16 codes at nprobe 128; with one byte per 8 dims it took 64 candidates per key to reach 0.976)
+#: fp16 codes at nprobe 128, where the cells probed are what limits it; with one byte per 8 dims it took
+#: 64 candidates per key to reach 0.976)
 PQ_REFINE = 8
 _CODES = ("auto", "full", "pq")
 #: queries re-scored at a time after a product-quantizer search (bounds the gathered keys)
@@ -160,8 +161,9 @@ class DenseIndex:
     Args:
         keys: ``[N, D]`` float embeddings (any float dtype; kept by reference).
         backend: ``"exact"`` (default), ``"auto"``, ``"faiss_flat"`` or ``"faiss_ivf"``.
-        nlist: IVF cells (default 1024). nprobe: IVF cells searched (default 128: recall of the top 8
-            facts 0.987-0.998 on the dev sets; 16 gave 0.82-0.93).
+        nlist: IVF cells (default 1024). nprobe: IVF cells searched (default 256: at 1M passages the
+            top 5 passages' recall is 0.987, 0.969 at 128, for twice the search time, ~2 s per 512
+            questions; at 128 the top 8 facts' recall was 0.987-0.998 on the dev sets, 0.82-0.93 at 16).
         approximate_min_keys: where ``"auto"`` turns approximate (default 1,000,000).
         codes: what the IVF cells store: ``"full"`` (the normalised keys: float32, fp16 for half keys),
             ``"pq"`` (product-quantizer codes, one byte per 4 dims, whose ``refine * k`` best
@@ -169,6 +171,10 @@ class DenseIndex:
             codes would pass ``PQ_MIN_BYTES``, 512 MiB: :func:`resolve_codes`; ``codes`` holds the
             resolved one, None for the other backends).
         refine: candidates per key wanted with ``"pq"`` codes (default 8).
+        release: for approximate backends, called with each block of ``keys`` the build has read
+            (views of ``keys``), to hand them back (the engine passes
+            :func:`~hpengine.graph.page_out` for memory-mapped embeddings, so a build over 3 GB of
+            them does not leave them resident); not called for ``"exact"``.
         chunk_size: keys per chunk of the exact search (default 65536).
 
     Shapes:
@@ -181,9 +187,9 @@ class DenseIndex:
         tensor([[1, 2]])
     """
 
-    def __init__(self, keys: Tensor, *, backend: str = "exact", nlist: int = 1024, nprobe: int = 128,
+    def __init__(self, keys: Tensor, *, backend: str = "exact", nlist: int = 1024, nprobe: int = 256,
                  chunk_size: int = 65536, approximate_min_keys: int = APPROXIMATE_MIN_KEYS, codes: str = "auto",
-                 refine: int = PQ_REFINE):
+                 refine: int = PQ_REFINE, release=None):
         _check_embeddings("keys", keys, 2)
         for name, v in (("nlist", nlist), ("nprobe", nprobe), ("chunk_size", chunk_size),
                         ("approximate_min_keys", approximate_min_keys), ("refine", refine)):
@@ -196,21 +202,29 @@ class DenseIndex:
         self.codes = codes if backend == "faiss_ivf" else None
         self.refine = refine
         self.chunk_size = chunk_size
+        # an exact index reads every key on every search: nothing to hand back
+        self._release = release if backend != "exact" else None
         norms = torch.empty(keys.shape[0], dtype=torch.float32, device=keys.device)  # [N], a chunk at a time
         for lo in range(0, keys.shape[0], chunk_size):
             norms[lo:lo + chunk_size] = torch.linalg.vector_norm(keys[lo:lo + chunk_size].float(), dim=1)
+            self._released(keys[lo:lo + chunk_size])
         self.inv_norm = inverse_or_zero(norms)
         self._faiss = None
         self._faiss_gpu = False
         if backend != "exact":
             self._build_faiss(nlist, nprobe)
 
+    def _released(self, rows: Tensor) -> None:
+        """Rows the build has read, handed to ``release`` (approximate backends only)."""
+        if self._release is not None:
+            self._release(rows)
+
     @classmethod
-    def from_config(cls, keys: Tensor, cfg) -> "DenseIndex":
+    def from_config(cls, keys: Tensor, cfg, *, release=None) -> "DenseIndex":
         """Build from a :class:`hpengine.config.RetrievalConfig` (``seed_backend``, ``faiss_*``,
         ``approximate_min_keys``)."""
         return cls(keys, backend=cfg.seed_backend, nlist=cfg.faiss_nlist, nprobe=cfg.faiss_nprobe,
-                   approximate_min_keys=cfg.approximate_min_keys, codes=cfg.faiss_codes)
+                   approximate_min_keys=cfg.approximate_min_keys, codes=cfg.faiss_codes, release=release)
 
     @property
     def exact(self) -> bool:
@@ -255,10 +269,12 @@ class DenseIndex:
             else:
                 index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
             index.train(self._normalised(self._training_rows(cells)))
+            self._released(self.keys)  # the sample's rows lie all over the keys
             index.nprobe = min(nprobe, cells)
             self._quantizer = quantizer  # the IVF index does not own it
         for lo in range(0, num, self.chunk_size):  # FAISS builds on the host, a chunk at a time
             index.add(self._normalised(torch.arange(lo, min(lo + self.chunk_size, num))))
+            self._released(self.keys[lo:lo + self.chunk_size])
         if use_gpu:
             import faiss.contrib.torch_utils  # noqa: F401  (lets GPU indexes take torch CUDA tensors)
 

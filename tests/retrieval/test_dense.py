@@ -133,6 +133,22 @@ def test_faiss_ivf_product_quantizer_codes_rescore_exactly(dtype, monkeypatch):
     assert DenseIndex(keys, backend="auto").codes is None and DenseIndex(keys, backend="faiss_flat").codes is None
 
 
+@with_package("faiss")
+def test_an_approximate_build_releases_every_block_it_read():
+    keys = torch.randn(1000, 8, generator=torch.Generator().manual_seed(6))
+    seen = []
+    DenseIndex(keys, backend="faiss_ivf", nlist=4, chunk_size=300, release=seen.append)
+    covered = torch.zeros(1000, dtype=torch.bool)
+    for rows in seen:  # views of the keys
+        assert rows.untyped_storage().data_ptr() == keys.untyped_storage().data_ptr()
+        start = (rows.data_ptr() - keys.data_ptr()) // (8 * keys.element_size())
+        covered[start:start + rows.shape[0]] = True
+    assert covered.all() and len(seen) == 4 + 1 + 4  # norms, after training, add
+    exact = []
+    DenseIndex(keys, release=exact.append)
+    assert exact == []  # an exact index reads its keys on every search
+
+
 def test_dense_errors():
     with pytest.raises(ValueError, match="same dim"):
         dense_topk(torch.randn(2, 3), torch.randn(4, 5), 1)
