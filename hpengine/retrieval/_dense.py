@@ -2,6 +2,7 @@
 (HyperProve's seeds: docs/methods/hyperprove.md#dense-seeds)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -268,8 +269,7 @@ class DenseIndex:
                                                       faiss.METRIC_INNER_PRODUCT)
             else:
                 index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
-            index.train(self._normalised(self._training_rows(cells)))
-            self._released(self.keys)  # the sample's rows lie all over the keys
+            index.train(self._training_matrix(self._training_rows(cells)))
             index.nprobe = min(nprobe, cells)
             self._quantizer = quantizer  # the IVF index does not own it
         for lo in range(0, num, self.chunk_size):  # FAISS builds on the host, a chunk at a time
@@ -289,6 +289,17 @@ class DenseIndex:
         """float32 numpy ``[n, D]``: the unit-norm keys ``rows`` on the host."""
         rows = rows.to(self.device)
         return (self.keys[rows].float() * self.inv_norm[rows].unsqueeze(1)).cpu().numpy()
+
+    def _training_matrix(self, rows: Tensor):
+        """float32 numpy ``[n, D]``: the unit-norm keys ``rows`` (ascending), gathered a block at a
+        time; each block's span of keys goes to ``release`` once copied (a sample spread over all
+        keys touches every page of them)."""
+        out = np.empty((rows.numel(), self.dim), dtype=np.float32)
+        for lo in range(0, rows.numel(), self.chunk_size):
+            block = rows[lo:lo + self.chunk_size]
+            out[lo:lo + block.numel()] = self._normalised(block)
+            self._released(self.keys[int(block[0]):int(block[-1]) + 1])
+        return out
 
     def _training_rows(self, cells: int) -> Tensor:
         """The keys IVF's k-means trains on: all of them while their float32 copy is at most

@@ -143,7 +143,7 @@ def test_an_approximate_build_releases_every_block_it_read():
         assert rows.untyped_storage().data_ptr() == keys.untyped_storage().data_ptr()
         start = (rows.data_ptr() - keys.data_ptr()) // (8 * keys.element_size())
         covered[start:start + rows.shape[0]] = True
-    assert covered.all() and len(seen) == 4 + 1 + 4  # norms, after training, add
+    assert covered.all() and len(seen) == 4 + 4 + 4  # norms, the training sample's blocks, add
     exact = []
     DenseIndex(keys, release=exact.append)
     assert exact == []  # an exact index reads its keys on every search
