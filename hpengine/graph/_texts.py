@@ -123,7 +123,8 @@ class PassageColumn(Sequence):
     @classmethod
     def from_passages(cls, passages: Iterable[Passage]) -> "PassageColumn":
         passages = list(passages)
-        return cls(TextColumn.from_strings(p.title for p in passages), TextColumn.from_strings(p.text for p in passages))
+        return cls(TextColumn.from_strings(p.title for p in passages),
+                   TextColumn.from_strings(p.text for p in passages))
 
     @classmethod
     def concat(cls, columns: Sequence["PassageColumn"]) -> "PassageColumn":

@@ -429,4 +429,5 @@ class DenseIndex:
         return torch.where(ids >= 0, dots * self.inv_norm.index_select(0, safe).view(ids.shape), 0.0)
 
     def __repr__(self) -> str:
-        return f"DenseIndex(backend={self.backend!r}, codes={self.codes!r}, num_keys={self.num_keys}, dim={self.dim}, device={self.device})"
+        return (f"DenseIndex(backend={self.backend!r}, codes={self.codes!r}, num_keys={self.num_keys}, dim={self.dim}, "
+                f"device={self.device})")

@@ -124,13 +124,6 @@ def csr_with_values(crow: Tensor, cols: Tensor, values: Tensor, size: tuple[int,
         return torch.sparse_csr_tensor(crow, cols, values, size=size, check_invariants=False)
 
 
-def csr_rows(csr: Tensor) -> Tensor:
-    """int64 ``[nnz]`` row of every stored entry of a CSR matrix (its COO row ids)."""
-    crow = csr.crow_indices()
-    counts = (crow[1:] - crow[:-1]).long()
-    return torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
-
-
 def csr_arrays(rows: Tensor, cols: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
     """CSR arrays of (row, col) pairs in any order: columns grouped by row, stable within a row.
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_index_dtype, csr_with_values, inverse_or_zero, node_degree
+from hpengine.sparse._incidence import (csr_from_sorted_pairs, csr_index_dtype, csr_with_values, inverse_or_zero,
+                                        node_degree)
 
 #: pairs gathered at a time when B^T's column ids are written (bounds an int64 temporary)
 _GATHER_CHUNK = 1 << 24

@@ -85,8 +85,8 @@ def _reference(entities):
 @pytest.mark.parametrize("collide", [False, True])
 def test_entity_lookup_equals_a_dict_of_keys(monkeypatch, collide):
     rng = random.Random(1)
-    entities = [rng.choice(["Paris", "paris", "The Beatles", "BEATLES", "Zürich", "Lyon", "a", "A"]) + str(rng.randrange(4))
-                for _ in range(60)]
+    stems = ["Paris", "paris", "The Beatles", "BEATLES", "Zürich", "Lyon", "a", "A"]
+    entities = [rng.choice(stems) + str(rng.randrange(4)) for _ in range(60)]
     titles = entities[::3] + ["nowhere", "PARIS1", ""]
     if collide:  # keys hash alike by length: the check against the entity's own key decides
         monkeypatch.setattr(lookups_mod, "_hash", lambda key: len(key) % 3)

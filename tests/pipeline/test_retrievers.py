@@ -160,7 +160,8 @@ def test_entity_links_follow_the_fact_search_backend(built):
     assert flat._entity_index.backend == "faiss_flat" and flat._entity_index.num_keys == index.num_entities
     torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)
     assert (got[1] == want[1]).float().mean() > 0.95  # exact both: ids differ only at float ties
-    sized = Engine(index, encoder, RetrievalConfig(approximate_min_keys=index.num_entities), PPRConfig()).retriever.steps
+    at_size = RetrievalConfig(approximate_min_keys=index.num_entities)
+    sized = Engine(index, encoder, at_size, PPRConfig()).retriever.steps
     sized.entity_topk(q, 4)
     assert sized._entity_index.backend == "faiss_ivf"  # auto: approximate from approximate_min_keys names
 
