@@ -18,7 +18,34 @@ from hpengine.graph._corpus import Passage
 _ITER_BLOCK = 1 << 16
 
 
-class TextColumn(Sequence):
+class _ListLike(Sequence):
+    """A read-only sequence that compares and concatenates like a list: equal to any sequence (not
+    a ``str``) of equal items in order, unhashable, and ``+`` with a sequence gives a list."""
+
+    __slots__ = ()
+
+    def _same(self, other) -> bool | None:
+        """A faster answer for ``self == other`` (same column type), None to compare item by item."""
+        return None
+
+    def __eq__(self, other) -> bool:
+        fast = self._same(other)
+        if fast is not None:
+            return fast
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # list semantics: equal to lists, so not hashable
+
+    def __add__(self, other) -> list:
+        return list(self) + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + list(self)
+
+
+class TextColumn(_ListLike):
     """``n`` strings as one UTF-8 buffer and int64 offsets ``[n + 1]``.
 
     Indexing with an int decodes one string; a slice gives a list. Equal to any sequence (not a
@@ -84,26 +111,16 @@ class TextColumn(Sequence):
             for a, b in zip(bounds[:-1], bounds[1:]):
                 yield data[a:b].decode()
 
-    def __eq__(self, other) -> bool:
+    def _same(self, other) -> bool | None:
         if isinstance(other, TextColumn):
             return bool(np.array_equal(self._offsets, other._offsets)) and self._data == other._data
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # mutable-sequence semantics for equality, like a list
-
-    def __add__(self, other) -> list:
-        return list(self) + list(other)
-
-    def __radd__(self, other) -> list:
-        return list(other) + list(self)
+        return None
 
     def __repr__(self) -> str:
         return f"TextColumn({len(self)} strings, {len(self._data):,} bytes)"
 
 
-class PassageColumn(Sequence):
+class PassageColumn(_ListLike):
     """Passages as two :class:`TextColumn` (titles, texts); items are :class:`~hpengine.graph.Passage`.
 
     Example:
@@ -145,20 +162,10 @@ class PassageColumn(Sequence):
     def __iter__(self) -> Iterator[Passage]:
         return (Passage(t, x) for t, x in zip(self.titles, self.texts))
 
-    def __eq__(self, other) -> bool:
+    def _same(self, other) -> bool | None:
         if isinstance(other, PassageColumn):
             return self.titles == other.titles and self.texts == other.texts
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None
-
-    def __add__(self, other) -> list:
-        return list(self) + list(other)
-
-    def __radd__(self, other) -> list:
-        return list(other) + list(self)
+        return None
 
     def __repr__(self) -> str:
         return f"PassageColumn({len(self)} passages, {self.nbytes:,} bytes)"
