@@ -10,6 +10,8 @@ from hpengine.sparse import (
     coalesce_pairs,
     csr_from_sorted_pairs,
     node_degree,
+    sort_keys,
+    unique_keys,
 )
 
 
@@ -144,7 +146,7 @@ class HyperGraph:
             hi = min(v, max(hi, lo + 1))
             a, b = int(crow[lo]), int(crow[hi])
             rows = torch.repeat_interleave(torch.arange(hi - lo, device=self.device), crow[lo + 1:hi + 1] - crow[lo:hi])
-            keys = torch.unique(rows * p + self.fact_passage.index_select(0, facts[a:b]))
+            keys = unique_keys(rows.mul_(p).add_(self.fact_passage.index_select(0, facts[a:b])), inplace=True)
             out[lo:hi] = torch.bincount(keys // p, minlength=hi - lo)
             lo = hi
         return out
@@ -167,8 +169,8 @@ class HyperGraph:
             else:
                 pairs, ncols = torch.stack([facts, self.fact_passage]), self.num_passages
             if kind.endswith("_t"):
-                order = torch.argsort(pairs[1] * self.num_facts + pairs[0])
-                pairs, shape = pairs.flip(0)[:, order], (ncols, self.num_facts)
+                key = sort_keys(pairs[1] * self.num_facts + pairs[0], inplace=True)
+                pairs, shape = torch.stack([key // self.num_facts, key % self.num_facts]), (ncols, self.num_facts)
             else:
                 shape = (self.num_facts, ncols)
             ones = torch.ones(pairs.shape[1], device=self.device)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from hpengine.graph._index import _save_tensors
-from hpengine.graph._mmap import read_safetensors
+from hpengine.graph._mmap import map_safetensors
 from hpengine.graph._store import _fsync_dir, _kill_point, read_json, write_json_durable
 
 BUILD_FORMAT = "hpengine-build"
@@ -119,8 +119,10 @@ class ShardFolder:
 
     def read_tensors(self, k: int) -> dict:
         """Shard ``k``'s embeddings (``fact_emb``, and ``passage_emb`` when written), the file's
-        header checked (a damaged shard is one line naming it)."""
-        return read_safetensors(self._paths(k)[0])
+        header checked (a damaged shard is one line naming it). The tensors are views of a private
+        mapping of the file: the merge copies them once, into the index's rows (no temporary copy of
+        the shard; half the merge's time: benchmarks/README.md, "Structure and merge against N")."""
+        return map_safetensors(self._paths(k)[0])
 
 
 def gather_rows(parts, totals: dict, device) -> dict:

@@ -15,6 +15,7 @@ import contextlib
 import torch
 from torch import Tensor
 
+from hpengine.sparse import unique_keys
 from hpengine.typing import WITH_FAISS, WITH_FAISS_GPU
 
 _BACKENDS = ("auto", "faiss", "nndescent", "torch")
@@ -462,7 +463,9 @@ def symmetrize_pairs(pairs: Tensor) -> Tensor:
     _check_pairs("pairs", pairs)
     if pairs.shape[1] == 0:
         return pairs.clone()
-    return torch.unique(torch.cat([pairs, pairs.flip(0)], dim=1), dim=1)
+    n = int(pairs.max()) + 1
+    key = unique_keys(torch.cat([pairs[0] * n + pairs[1], pairs[1] * n + pairs[0]]), inplace=True)
+    return torch.stack([key // n, key % n])
 
 
 def _check_pairs(arg: str, pairs: Tensor) -> None:
@@ -472,6 +475,10 @@ def _check_pairs(arg: str, pairs: Tensor) -> None:
         raise ValueError(f"{arg} must have shape [2, n] (got {tuple(pairs.shape)})")
     if pairs.dtype != torch.long:
         raise TypeError(f"{arg} must be int64 (got {pairs.dtype})")
+
+
+#: keys made per block of :func:`expand_with_synonyms` (bounds its temporaries: 32 MiB each)
+EXPAND_CHUNK = 1 << 22
 
 
 def expand_with_synonyms(fact_entity: Tensor, synonym_pairs: Tensor, num_facts: int, num_entities: int) -> Tensor:
@@ -507,22 +514,53 @@ def expand_with_synonyms(fact_entity: Tensor, synonym_pairs: Tensor, num_facts: 
     if fact_entity.numel() == 0:
         return fact_entity.new_zeros((2, 0))
     src, dst = synonym_pairs[0], synonym_pairs[1]
-    dst_sorted = dst[torch.argsort(src, stable=True)]
+    # symmetrize_pairs' output is sorted by its first id already
+    in_order = src.numel() < 2 or bool((src[1:] >= src[:-1]).all())
+    dst_sorted = dst if in_order else dst[torch.argsort(src, stable=True)]
     counts = torch.bincount(src, minlength=num_entities)  # [V] synonyms per entity
     ptr = torch.cumsum(counts, 0) - counts  # [V] first slot of each entity in dst_sorted
-    degree = counts[fact_entity[1]]  # [nnz] synonyms of each incidence's entity
-    # the added incidences as sort keys fact * V + synonym, made in place (a million-passage index
-    # adds ~60M: every temporary is 0.5 GB)
-    slot = torch.arange(int(degree.sum()), device=fact_entity.device)  # output size is data-dependent (offline)
-    slot -= torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree)  # rank within its group
-    slot += torch.repeat_interleave(ptr[fact_entity[1]], degree)  # + the entity's first synonym slot
-    added = torch.repeat_interleave(fact_entity[0], degree)
-    added *= num_entities
+    raw = unique_keys(fact_entity[0] * num_entities + fact_entity[1], inplace=True)  # [nnz] fact-major
+    fact, entity = raw // num_entities, raw % num_entities
+    # blocks of whole facts with about EXPAND_CHUNK keys each: a fact's keys are all in one block and
+    # blocks are in fact order, so the blocks' sorted distinct keys, one after another, are the
+    # result; every temporary is a block's (a million-passage index makes ~76M keys)
+    ends = torch.cumsum(counts[entity] + 1, 0)  # [nnz] keys made up to each raw pair
+    bounds = [0]
+    while bounds[-1] < raw.numel():
+        lo = bounds[-1]
+        hi = max(lo + 1, int(torch.searchsorted(ends, int(ends[lo]) + EXPAND_CHUNK)))
+        if hi < raw.numel():  # back to the first pair of the fact it would split, or past a fact
+            start = int(torch.searchsorted(fact, fact[hi]))  # that alone is longer than a block
+            hi = start if start > lo else int(torch.searchsorted(fact, fact[lo], right=True))
+        bounds.append(min(hi, raw.numel()))
+    parts = [_expand_block(raw[a:b], fact[a:b], entity[a:b], counts, ptr, dst_sorted, num_entities)
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    out = torch.empty((2, sum(p.numel() for p in parts)), dtype=torch.int64, device=raw.device)
+    at = 0
+    for k in range(len(parts)):
+        part, parts[k] = parts[k], None
+        torch.floor_divide(part, num_entities, out=out[0, at:at + part.numel()])
+        torch.remainder(part, num_entities, out=out[1, at:at + part.numel()])
+        at += part.numel()
+    return out
+
+
+def _expand_block(raw: Tensor, fact: Tensor, entity: Tensor, counts: Tensor, ptr: Tensor, dst_sorted: Tensor,
+                  num_entities: int) -> Tensor:
+    """Sorted distinct keys ``fact * V + entity`` of a block of whole facts: its raw keys ``[n]`` and
+    every synonym of their entities (``dst_sorted[ptr[e]:ptr[e] + counts[e]]``)."""
+    degree = counts[entity]  # [n] synonyms of each incidence's entity
+    total = int(degree.sum())  # output size is data-dependent (offline)
+    slot = torch.arange(total, device=raw.device)
+    slot -= torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree, output_size=total)  # rank in group
+    slot += torch.repeat_interleave(ptr[entity], degree, output_size=total)  # + the entity's first synonym slot
+    key = torch.empty(raw.numel() + total, dtype=torch.int64, device=raw.device)
+    key[:raw.numel()] = raw
+    added = key[raw.numel():]
+    added.copy_(torch.repeat_interleave(fact, degree, output_size=total)).mul_(num_entities)
     added += dst_sorted[slot]
     del slot
-    key = torch.unique(torch.cat([fact_entity[0] * num_entities + fact_entity[1], added]), sorted=True)
-    del added
-    return torch.stack([key // num_entities, key % num_entities])
+    return unique_keys(key, inplace=True)
 
 
 __all__ = ["expand_with_synonyms", "symmetrize_pairs", "synonym_pairs"]

@@ -10,6 +10,7 @@ from hpengine.sparse._incidence import (
     inverse_or_zero,
     node_degree,
 )
+from hpengine.sparse._sort import sort_keys, unique_keys
 from hpengine.sparse._transition import TransitionOperator
 
 __all__ = [
@@ -23,4 +24,6 @@ __all__ = [
     "gather_csr_rows",
     "inverse_or_zero",
     "node_degree",
+    "sort_keys",
+    "unique_keys",
 ]

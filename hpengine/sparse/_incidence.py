@@ -6,6 +6,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from hpengine.sparse._sort import unique_keys
+
 
 def coalesce_pairs(index: Tensor, num_rows: int, num_cols: int) -> Tensor:
     """Sort ``(row, col)`` pairs row-major and drop duplicates.
@@ -23,8 +25,7 @@ def coalesce_pairs(index: Tensor, num_rows: int, num_cols: int) -> Tensor:
     """
     if index.numel() == 0:
         return index.new_zeros((2, 0))
-    key = index[0] * num_cols + index[1]
-    key = torch.unique(key, sorted=True)
+    key = unique_keys(index[0] * num_cols + index[1], inplace=True)
     return torch.stack([key // num_cols, key % num_cols])
 
 
@@ -66,14 +67,26 @@ def augmented_incidence(fact_entity: Tensor, fact_passage: Tensor, num_entities:
 
     Returns:
         int64 ``[2, nnz_e + H]`` (fact, column) pairs, sorted by fact then column.
+
+    Each fact's row is its entity pairs (in the given order) then its passage pair, so every pair's
+    place is known without a sort: entity pair ``i`` of fact ``f`` goes to ``i + f`` (``f``
+    passage pairs precede it) and fact ``f``'s passage pair to ``(entity pairs of facts <= f) + f``.
+    Pairs not sorted by fact are first put in fact order (stable).
     """
     num_facts = fact_passage.numel()
-    facts = torch.arange(num_facts, device=fact_passage.device)
-    pairs = torch.cat([fact_entity, torch.stack([facts, fact_passage + num_entities])], dim=1)
-    # entity columns < V <= passage columns, so sorting by (fact, column) keeps rows contiguous
-    key = pairs[0] * (num_entities + 1) + torch.where(pairs[1] < num_entities, pairs[1], num_entities)
-    order = torch.argsort(key, stable=True)
-    return pairs[:, order]
+    device = fact_passage.device
+    nnz_e = int(fact_entity.shape[1])
+    if nnz_e > 1 and not bool((fact_entity[0, 1:] >= fact_entity[0, :-1]).all()):
+        fact_entity = fact_entity[:, torch.argsort(fact_entity[0], stable=True)]
+    facts = torch.arange(num_facts, device=device)
+    pairs = torch.empty((2, nnz_e + num_facts), dtype=torch.int64, device=device)
+    place = torch.arange(nnz_e, device=device).add_(fact_entity[0])  # [nnz_e]
+    pairs[:, place] = fact_entity
+    del place
+    place = torch.cumsum(torch.bincount(fact_entity[0], minlength=num_facts), 0).add_(facts)  # [H]
+    pairs[0, place] = facts
+    pairs[1, place] = fact_passage + num_entities
+    return pairs
 
 
 def csr_index_dtype(num_rows: int, num_cols: int, nnz: int) -> torch.dtype:

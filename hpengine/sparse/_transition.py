@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hpengine.sparse._sort import sort_keys
 from hpengine.sparse._incidence import (csr_from_sorted_pairs, csr_index_dtype, csr_with_values, inverse_or_zero,
                                         node_degree)
 
@@ -27,15 +28,17 @@ _GATHER_CHUNK = 1 << 24
 
 
 def _transpose_csr(pairs: Tensor, num_facts: int, num_columns: int, values: Tensor) -> Tensor:
-    """``B^T [C, H]`` as CSR from the fact-sorted pairs of ``B``: a stable sort by column keeps the
-    facts of each column in order, so the only ``[nnz]`` temporary is the int64 permutation."""
+    """``B^T [C, H]`` as CSR from the unique pairs of ``B``: the sorted keys ``column * H + fact``
+    are ``B^T``'s pairs in row order (the facts of each column ascending), so the only ``[nnz]``
+    temporary is the int64 key buffer, sorted in place. ``values`` are all equal (B's ones), so
+    no permutation of them is needed."""
     nnz = int(pairs.shape[1])
     index_dtype = csr_index_dtype(num_columns, num_facts, nnz)
-    order = torch.argsort(pairs[1], stable=True)  # [nnz] (column, fact) order
+    key = sort_keys(torch.mul(pairs[1], num_facts).add_(pairs[0]), inplace=True)  # [nnz] (column, fact) order
     cols = torch.empty(nnz, dtype=index_dtype, device=pairs.device)
     for lo in range(0, nnz, _GATHER_CHUNK):
-        cols[lo:lo + _GATHER_CHUNK] = pairs[0].index_select(0, order[lo:lo + _GATHER_CHUNK])
-    del order
+        cols[lo:lo + _GATHER_CHUNK] = key[lo:lo + _GATHER_CHUNK] % num_facts
+    del key
     crow = torch.zeros(num_columns + 1, dtype=index_dtype, device=pairs.device)
     torch.cumsum(torch.bincount(pairs[1], minlength=num_columns), 0, out=crow[1:])
     return csr_with_values(crow, cols, values, (num_columns, num_facts))

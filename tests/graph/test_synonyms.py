@@ -201,6 +201,26 @@ def test_expand_matches_set_reference(seed):
     assert _as_list(empty) == sorted(_as_set(fact_entity))
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 5, 16, 1 << 22])
+def test_expand_block_size_does_not_change_the_result(chunk, monkeypatch):
+    """The expansion runs in blocks of whole facts of about ``EXPAND_CHUNK`` keys; a fact whose
+    keys alone pass a block (fact 0 here: 6 entities with synonyms) is still one block."""
+    import hpengine.graph._synonyms as synonyms
+
+    monkeypatch.setattr(synonyms, "EXPAND_CHUNK", chunk)
+    gen = torch.Generator().manual_seed(chunk)
+    num_facts, num_entities = 40, 30
+    fact_entity = torch.cat([torch.stack([torch.zeros(6, dtype=torch.long), torch.arange(6)]),
+                             torch.stack([torch.randint(0, num_facts, (90,), generator=gen),
+                                          torch.randint(0, num_entities, (90,), generator=gen)])], dim=1)
+    syn = symmetrize_pairs(torch.stack([torch.randint(0, num_entities, (40,), generator=gen),
+                                        torch.randint(0, num_entities, (40,), generator=gen)]))
+    out = expand_with_synonyms(fact_entity, syn, num_facts, num_entities)
+    assert _as_list(out) == _expand_reference(fact_entity, syn, num_facts)
+    unsorted = syn[:, torch.randperm(syn.shape[1], generator=gen)]  # pairs in any order
+    assert torch.equal(expand_with_synonyms(fact_entity, unsorted, num_facts, num_entities), out)
+
+
 # --- approximate (nndescent) search and the auto switch ---------------------------------------
 
 def _clustered(num: int, dim: int = 32, seed: int = 0) -> torch.Tensor:

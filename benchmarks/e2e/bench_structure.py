@@ -1,0 +1,129 @@
+"""The two smallest build stages against corpus size: structure and the shard merge (issue 31 §4).
+
+    python benchmarks/e2e/bench_structure.py --indexes /work/scale/index_10000 /work/scale/index_30000 \
+        /work/scale/index_100000 --threads 1 --label structure_cpu
+
+Structure: for each index (``bench_scale.py --keep-indexes`` writes them), the build's structure
+step on the loaded index (``expand_with_synonyms``, ``HyperGraph.from_incidence(coalesced=True)``
+and ``transition()``), best of ``--repeat`` runs in one process, beside the growth of its input
+(the incidences after synonym expansion, nnz). Side by side, on the same keys: the key sort it runs
+on, ``hpengine.sparse.sort_keys`` (NumPy's sort on CPU) against ``torch.sort`` (the sort before).
+
+Merge: the streaming build's last step copies every shard's fact and passage embedding rows into
+the index (``ShardFolder.read_tensors`` + ``gather_rows``). For N passages it writes N / 20,000
+shards (the build's default shard size) of random bfloat16 rows in the 100k corpus's proportions
+(3.86 facts per passage, 384 dims; the copy does not depend on the values) and times the merge with
+the shards mapped (what the build does) and read into memory first (the read before), best of
+``--repeat``, warm page cache. Prints a table with each row's exponent between the first and the
+last size, log(t2 / t1) / log(n2 / n1).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
+
+from _harness import Record, add_common_args, finish  # noqa: E402
+
+SHARD_SIZE = 20_000
+FACTS_PER_PASSAGE = 3.86
+DIM = 384
+
+
+def _best(fn, repeat: int) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def structure_row(path: str, repeat: int) -> dict:
+    """Seconds of the structure step on the index at ``path`` and of its key sorts."""
+    from hpengine.graph import HyperGraph, Index, expand_with_synonyms
+    from hpengine.sparse import sort_keys
+
+    index = Index.load(path)
+
+    def step():
+        expanded = expand_with_synonyms(index.fact_entity_raw, index.synonyms, index.num_facts, index.num_entities)
+        graph = HyperGraph.from_incidence(expanded, index.fact_passage, index.num_entities, index.num_passages,
+                                          coalesced=True)
+        graph.transition()
+        return graph
+
+    graph = step()
+    keys = graph.fact_entity[1] * index.num_facts + graph.fact_entity[0]  # the transpose's keys
+    keys = keys[torch.randperm(keys.numel(), generator=torch.Generator().manual_seed(0))]
+    return {"passages": index.num_passages, "nnz": graph.nnz, "structure_s": _best(step, repeat),
+            "sort_keys_s": _best(lambda: sort_keys(keys), repeat),
+            "torch_sort_s": _best(lambda: torch.sort(keys), repeat)}
+
+
+def merge_row(passages: int, repeat: int, folder: Path) -> dict:
+    """Seconds of the shard merge of ``passages`` passages, shards mapped and shards read."""
+    from hpengine.graph import gather_rows, map_safetensors, read_safetensors, write_safetensors
+
+    gen = torch.Generator().manual_seed(passages)
+    paths, facts = [], 0
+    for k, lo in enumerate(range(0, passages, SHARD_SIZE)):
+        rows = min(passages, lo + SHARD_SIZE) - lo
+        fact_rows = round(rows * FACTS_PER_PASSAGE)
+        path = folder / f"shard_{passages}_{k}.safetensors"
+        write_safetensors({"fact_emb": torch.randn(fact_rows, DIM, generator=gen).bfloat16(),
+                           "passage_emb": torch.randn(rows, DIM, generator=gen).bfloat16()}, path)
+        paths.append(path)
+        facts += fact_rows
+    totals = {"fact_emb": facts, "passage_emb": passages}
+    out = {"passages": passages, "shards": len(paths)}
+    for name, reader in (("mapped", map_safetensors), ("read", read_safetensors)):
+        out[f"merge_{name}_s"] = _best(lambda: gather_rows((reader(p) for p in paths), totals, "cpu"), repeat)
+    return out
+
+
+def _exponent(rows: list, key: str, by: str = "passages") -> float:
+    a, b = rows[0], rows[-1]
+    return math.log(b[key] / a[key]) / math.log(b[by] / a[by])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--indexes", nargs="+", required=True, help="built indexes, smallest first")
+    parser.add_argument("--repeat", type=int, default=3)
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hpengine_merge_") as tmp:
+        for path in args.indexes:
+            row = structure_row(path, args.repeat)
+            row.update(merge_row(row["passages"], args.repeat, Path(tmp)))
+            rows.append(row)
+            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    cols = ["structure_s", "sort_keys_s", "torch_sort_s", "merge_mapped_s", "merge_read_s"]
+    print("\n| N | nnz | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 2) + "|")
+    for r in rows:
+        print(f"| {r['passages']:,} | {r['nnz']:,} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+    if len(rows) > 1:
+        print("| exponent in N | " + f"{_exponent(rows, 'nnz'):.2f} | "
+              + " | ".join(f"{_exponent(rows, c):.2f}" for c in cols) + " |")
+        print("| exponent in nnz | | " + " | ".join(f"{_exponent(rows, c, 'nnz'):.2f}" for c in cols[:3]) + " | | |")
+    records = [Record(bench="structure", impl=impl, case={"passages": r["passages"], "nnz": r["nnz"]},
+                      seconds=r[f"{impl}_s"], items=r["passages"] if impl.startswith("merge") else r["nnz"],
+                      runs=args.repeat, peak_mib=float("nan"))
+               for r in rows for impl in ("structure", "sort_keys", "torch_sort", "merge_mapped", "merge_read")]
+    return finish(args, records, {"rows": rows, "threads": args.threads})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
