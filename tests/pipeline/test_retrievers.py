@@ -137,8 +137,14 @@ def test_ppr_walk_groups_do_not_change_results(built, monkeypatch, group):
 def test_ppr_walk_rows_follow_the_memory_budget(built):
     index, encoder, _ = built
     retriever = Engine(index, encoder, config=PPRConfig(memory_budget_mb=1)).retriever
-    per_question = 4 * (index.num_facts + 3 * index.num_passages)
-    assert retriever.walk_rows(10**6) == (1 << 20) // per_question
+    h, p, c = index.num_facts, index.num_passages, index.num_entities + index.num_passages
+    walk = 4 * (h + 3 * p)  # the group's mass and scores
+    solver = 4 * ((c + h) + 4 * c + h + (h + p))  # the solver's chunk, as ppr_chunk_size counts it
+    assert retriever.walk_rows(10**6) == (1 << 20) // (walk + solver)
+    from hpengine.retrieval import ppr_chunk_size  # a group is never wider than the solver's chunk
+
+    assert retriever.walk_rows(10**6) <= ppr_chunk_size(10**6, num_nodes=c + h, num_columns=c, num_out=h + p,
+                                                       memory_budget_mb=1, device_type="cuda")
     assert retriever.walk_rows(2) == 2
 
 

@@ -166,16 +166,20 @@ class PPRRetriever(Retriever):
         return passage_mass + self.config.fact_mass * extra
 
     def walk_rows(self, num_rows: int) -> int:
-        """Seeded questions walked at once: the ``[Q', H + P]`` PPR mass and the ``[Q', P]`` scores
-        of one group fit the walk's memory budget (at a million passages a batch of 256 would
-        hold 5 GB of mass). Each question's PPR does not depend on the others', so the grouping
+        """Seeded questions walked at once: one group's ``[Q', H + P]`` PPR mass and ``[Q', P]``
+        scores *and* the solver's work for them (:func:`~hpengine.retrieval.ppr_chunk_size`'s
+        per-question terms) fit the walk's memory budget together (at a million passages a batch
+        of 256 would hold 5 GB of mass; a group the budget holds alone, 39, still added its mass to
+        the solver's chunk). Each question's PPR does not depend on the others', so the grouping
         changes no result."""
         from hpengine.retrieval import PPR_BUDGET_MB, resolve_memory_budget_mb
 
         idx = self.steps.index
         budget = resolve_memory_budget_mb(self.config.memory_budget_mb, idx.device, PPR_BUDGET_MB) << 20
-        per_question = 4 * (idx.num_facts + 3 * idx.num_passages)  # mass of facts and passages, scores, fill
-        return max(1, min(num_rows, budget // max(per_question, 1)))
+        h, p, c = idx.num_facts, idx.num_passages, idx.num_entities + idx.num_passages
+        walk = 4 * (h + 3 * p)  # mass of facts and passages, scores, fill
+        solver = 4 * ((c + h) + 4 * c + h + (h + p))  # ppr_chunk_size's per question, float32
+        return max(1, min(num_rows, budget // max(walk + solver, 1)))
 
     def ranked_walk(self, ids: Tensor, mass: Tensor, k_facts: int) -> tuple[Tensor, Tensor, Tensor]:
         """The walk reduced to what the ranking keeps, a group of :meth:`walk_rows` questions at a time.
