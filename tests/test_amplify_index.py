@@ -79,3 +79,13 @@ def test_half_precision_copies(amp, index):
     big = amp.amplify(index, 2, dtype=torch.float16)
     assert big.fact_emb.dtype == big.entity_emb.dtype == big.passage_emb.dtype == torch.float16
     assert [amp._tag(j) for j in (1, 25, 26, 27)] == ["b", "z", "ba", "bb"]
+
+
+def test_rows_in_mapped_files_equal_rows_in_memory(amp, index, tmp_path):
+    """``rows_dir``: the fact and passage rows are file mappings (the build's merged rows), the
+    same values; the files are gone from the folder, the mappings stay."""
+    big = amp.amplify(index, 2, dtype=torch.float16, seed=1)
+    mapped = amp.amplify(index, 2, dtype=torch.float16, seed=1, rows_dir=tmp_path)
+    for name in ("fact_emb", "entity_emb", "passage_emb"):
+        assert torch.equal(getattr(mapped, name), getattr(big, name))
+    assert not list(tmp_path.iterdir())

@@ -100,17 +100,27 @@ def near_rotation(dim: int, cosine: float, generator: torch.Generator) -> torch.
     return torch.linalg.matrix_exp(lo * skew)
 
 
-def _rotated_copies(emb: torch.Tensor, rotations: list, dtype, rows: int = 1 << 16) -> torch.Tensor:
+def _rotated_copies(emb: torch.Tensor, rotations: list, dtype, rows: int = 1 << 16, path=None) -> torch.Tensor:
     """``[copies * N, D]`` in ``dtype``: ``emb`` then ``emb @ Qᵀ`` for each rotation, made in blocks
-    of ``rows`` rows (the temporaries stay small)."""
+    of ``rows`` rows (the temporaries stay small). With ``path`` the result is a shared mapping of
+    that file (``hpengine.graph.mapped_empty``), as the streaming build's merged rows are, and its
+    pages are handed back to the kernel once written."""
+    from hpengine.graph import mapped_empty
+
     n = emb.shape[0]
-    out = torch.empty((1 + len(rotations)) * n, emb.shape[1], dtype=dtype)
+    shape = ((1 + len(rotations)) * n, emb.shape[1])
+    out = torch.empty(shape, dtype=dtype) if path is None else mapped_empty(path, shape, dtype)
     out[:n] = emb.to(dtype)
     for j, rotation in enumerate(rotations, start=1):
         turn = rotation.T.float()
         for lo in range(0, n, rows):
             block = emb[lo:lo + rows].float() @ turn
             out[j * n + lo:j * n + lo + len(block)] = block.to(dtype)
+    if path is not None:
+        from hpengine.graph import page_out
+
+        page_out(out)
+        Path(path).unlink()  # the mapping stays while the tensor lives; the disk space goes with it
     return out
 
 
@@ -125,9 +135,11 @@ def _tag(j: int) -> str:
             return out
 
 
-def amplify(index, copies: int, variant_cosine: float = 0.65, seed: int = 0, dtype=None):
+def amplify(index, copies: int, variant_cosine: float = 0.65, seed: int = 0, dtype=None, rows_dir=None):
     """The index with ``copies`` structure-level copies (module docstring); synonyms left empty
-    (the caller searches them) and no GRAG parts.
+    (the caller searches them) and no GRAG parts. With ``rows_dir`` the fact and passage
+    embeddings are shared file mappings there (paged out once written), as the streaming build's
+    merged rows are; the entity embeddings, which the synonym search reads, stay in memory.
 
     Shapes:
         P, H, V passages, facts, entities -> copies * P, copies * H, copies * V; nnz_raw -> copies * nnz_raw.
@@ -145,7 +157,9 @@ def amplify(index, copies: int, variant_cosine: float = 0.65, seed: int = 0, dty
     fact_passage = index.fact_passage.repeat(copies) + torch.arange(copies).repeat_interleave(h) * p
     gen = torch.Generator().manual_seed(seed)
     rotations = [near_rotation(index.fact_emb.shape[1], variant_cosine, gen) for _ in range(1, copies)]
-    emb = {name: _rotated_copies(getattr(index, name), rotations, dtype)
+    emb = {name: _rotated_copies(getattr(index, name), rotations, dtype,
+                                 path=None if rows_dir is None or name == "entity_emb"
+                                 else Path(rows_dir) / f"amplified-{name}.bin")
            for name in ("fact_emb", "entity_emb", "passage_emb") if getattr(index, name) is not None}
     meta = {k: val for k, val in index.meta.items() if k not in ("build_report", "add_reports")}
     meta["amplified"] = {"copies": copies, "variant_cosine": variant_cosine, "seed": seed, "from": {"passages": p, "facts": h,
@@ -251,7 +265,9 @@ def build_stages(args, timed) -> tuple[Path, dict]:
     cfg = graph_config(base)
     if args.synonym_ann_dims is not None:
         cfg = dataclasses.replace(cfg, synonym_ann_dims=args.synonym_ann_dims)
-    big = timed("amplify", lambda: amplify(base, args.copies, args.variant_cosine, args.seed, DTYPES.get(args.dtype)))
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    big = timed("amplify", lambda: amplify(base, args.copies, args.variant_cosine, args.seed,
+                                           DTYPES.get(args.dtype), rows_dir=args.work_dir))
     del base
     big.synonyms = timed("synonyms", lambda: entity_synonyms(big.entity_emb, big.entities, cfg))
     checked = synonym_check(big, big.synonyms, cfg, args.copies, args.recall_queries, args.seed) if args.recall_queries else {}

@@ -8,11 +8,11 @@ from hpengine.graph._corpus import CorpusLoad, Passage, builtin_corpus_path, bui
 __all__ += ["CorpusLoad", "Passage", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
 
 from hpengine.graph._texts import PassageColumn, TextColumn
-from hpengine.graph._mmap import map_safetensors, page_out, read_safetensors, write_safetensors
+from hpengine.graph._mmap import map_safetensors, mapped_empty, page_out, read_safetensors, write_safetensors
 from hpengine.graph._shards import gather_rows
 
-__all__ += ["PassageColumn", "TextColumn", "gather_rows", "map_safetensors", "page_out", "read_safetensors",
-            "write_safetensors"]
+__all__ += ["PassageColumn", "TextColumn", "gather_rows", "map_safetensors", "mapped_empty", "page_out",
+            "read_safetensors", "write_safetensors"]
 
 from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, synonym_pairs
 

@@ -126,6 +126,29 @@ def page_out(t: Tensor) -> bool:
         return False
 
 
+def mapped_empty(path: str | os.PathLike, shape: tuple, dtype: torch.dtype) -> Tensor:
+    """An uninitialised CPU tensor backed by a shared mapping of a new file ``path`` (replaced if
+    it exists): what is written to it goes to the file, so its pages can be handed back to the
+    kernel (:func:`page_out`) and read again when touched, where anonymous memory would have to
+    stay resident. The mapping lives as long as the tensor, even after the file is removed.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     t = mapped_empty(pathlib.Path(d) / "rows.bin", (2, 3), torch.float16)
+        ...     t.fill_(1.0).sum().item()
+        6.0
+    """
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    numel = 1
+    for n in shape:
+        numel *= int(n)
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+
+
 def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
     """Every tensor of the safetensors file ``path`` read into its own CPU memory (no mapping).
 

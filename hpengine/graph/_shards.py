@@ -125,23 +125,28 @@ class ShardFolder:
         return map_safetensors(self._paths(k)[0])
 
 
-def gather_rows(parts, totals: dict, device) -> dict:
+def gather_rows(parts, totals: dict, device, allocate=None) -> dict:
     """Stack the row blocks of each name into one preallocated ``[totals[name], D]`` tensor, the
     blocks read once (peak: the results and one part).
 
     Args:
         parts: an iterable of ``{name: [rows, D] block}`` (a shard's tensors), in row order.
         totals: ``{name: rows}`` of the results.
+        allocate: ``(name, shape, dtype) -> tensor`` that makes each result (default
+            ``torch.empty`` on ``device``; the build maps them to files, :func:`mapped_empty`).
 
     Returns:
         ``{name: tensor}``; a name no part holds is None.
     """
+    if allocate is None:
+        def allocate(name, shape, dtype):
+            return torch.empty(shape, dtype=dtype, device=device)
     out, row = dict.fromkeys(totals), dict.fromkeys(totals, 0)
     for part in parts:
         for name in totals:
             block = part[name]
             if out[name] is None:
-                out[name] = torch.empty(totals[name], block.shape[1], dtype=block.dtype, device=device)
+                out[name] = allocate(name, (totals[name], block.shape[1]), block.dtype)
             out[name][row[name]:row[name] + len(block)] = block.to(device)
             row[name] += len(block)
     for name, total in totals.items():

@@ -359,3 +359,24 @@ def test_page_out_hands_mapped_pages_back_and_keeps_the_values(tmp_path):
     assert torch.equal(mapped.view(torch.int32), t.view(torch.int32))  # read again from the file
     assert not page_out(torch.zeros(1 << 20))  # anonymous memory: left alone (it would go to swap)
     assert not page_out(mapped[:0])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_mapped_empty_writes_through_and_pages_out(tmp_path):
+    """The build's merged rows: written through a shared file mapping, handed back to the kernel,
+    read again intact, also after the file is removed (the build folder goes at commit)."""
+    from hpengine.graph import page_out
+    from hpengine.graph._mmap import mapped_empty
+
+    path = tmp_path / "merged-fact_emb.bin"
+    path.write_bytes(b"stale")  # a killed merge's file is replaced
+    t = mapped_empty(path, (1 << 14, 1 << 10), torch.int32)  # 64 MiB
+    want = torch.arange(1 << 24, dtype=torch.int32).view(1 << 14, 1 << 10)
+    t.copy_(want)
+    before = _rss_file_kib()
+    if not page_out(t):
+        pytest.skip("this kernel refuses MADV_PAGEOUT")
+    assert before - _rss_file_kib() > 32 << 10
+    path.unlink()
+    assert torch.equal(t, want)
+    assert mapped_empty(tmp_path / "none.bin", (0, 4), torch.float16).shape == (0, 4)
