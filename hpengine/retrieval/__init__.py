@@ -8,7 +8,7 @@ from hpengine.retrieval._grag import (add_dense_candidates, best_fact_scores, bl
                                       diverse_rerank, graph_bonus, grag_seeds, mix_cross_encoder_scores,
                                       rerank_candidates)
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
-from hpengine.retrieval._ppr import personalized_pagerank, ppr_chunk_size
+from hpengine.retrieval._ppr import personalized_pagerank, ppr_bytes_per_question, ppr_chunk_size
 from hpengine.retrieval._ranking import (best_home, bridge_entities, compact, first_occurrence, lead_passages,
                                          lead_then_fill, linked_bridges, pad_rows, rank_passages)
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
@@ -48,6 +48,7 @@ __all__ = [
     "personalized_pagerank",
     "plan_hop",
     "resolve_memory_budget_mb",
+    "ppr_bytes_per_question",
     "ppr_chunk_size",
     "restart_distribution",
     "top_visited",

@@ -86,6 +86,12 @@ def _node_rows(nodes: Tensor, num_entities: int, num_facts: int, num_columns: in
     return torch.where(is_fact, nodes - num_entities + num_columns, torch.where(is_passage, nodes - num_facts, nodes))
 
 
+def ppr_bytes_per_question(*, num_nodes: int, num_columns: int, num_out: int, value_bytes: int = 4) -> int:
+    """Bytes one question of a :func:`personalized_pagerank` chunk holds (:func:`ppr_chunk_size`'s
+    formula): ``b * (N + 4 C + H + num_out)``."""
+    return value_bytes * (num_nodes + 4 * num_columns + (num_nodes - num_columns) + num_out)
+
+
 def ppr_chunk_size(num_questions: int, *, num_nodes: int, num_columns: int, num_out: int,
                    memory_budget_mb: int, chunk_size: int = 0, value_bytes: int = 4,
                    device_type: str = "cpu") -> int:
@@ -108,8 +114,8 @@ def ppr_chunk_size(num_questions: int, *, num_nodes: int, num_columns: int, num_
     """
     if chunk_size > 0:
         return max(1, min(chunk_size, max(num_questions, 1)))
-    num_facts = num_nodes - num_columns
-    per_question = value_bytes * (num_nodes + 4 * num_columns + num_facts + num_out)
+    per_question = ppr_bytes_per_question(num_nodes=num_nodes, num_columns=num_columns, num_out=num_out,
+                                          value_bytes=value_bytes)
     chunk = int(memory_budget_mb) * 2**20 // max(per_question, 1)
     if device_type == "cpu":
         chunk = min(chunk, CPU_CHUNK)

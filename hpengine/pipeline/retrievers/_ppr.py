@@ -172,13 +172,13 @@ class PPRRetriever(Retriever):
         of 256 would hold 5 GB of mass; a group the budget holds alone, 39, still added its mass to
         the solver's chunk). Each question's PPR does not depend on the others', so the grouping
         changes no result."""
-        from hpengine.retrieval import PPR_BUDGET_MB, resolve_memory_budget_mb
+        from hpengine.retrieval import PPR_BUDGET_MB, ppr_bytes_per_question, resolve_memory_budget_mb
 
         idx = self.steps.index
         budget = resolve_memory_budget_mb(self.config.memory_budget_mb, idx.device, PPR_BUDGET_MB) << 20
         h, p, c = idx.num_facts, idx.num_passages, idx.num_entities + idx.num_passages
         walk = 4 * (h + 3 * p)  # mass of facts and passages, scores, fill
-        solver = 4 * ((c + h) + 4 * c + h + (h + p))  # ppr_chunk_size's per question, float32
+        solver = ppr_bytes_per_question(num_nodes=c + h, num_columns=c, num_out=h + p)
         return max(1, min(num_rows, budget // max(walk + solver, 1)))
 
     def ranked_walk(self, ids: Tensor, mass: Tensor, k_facts: int) -> tuple[Tensor, Tensor, Tensor]:
