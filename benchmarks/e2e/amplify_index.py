@@ -297,13 +297,13 @@ def reader_stages(args, folder: Path, timed) -> dict:
     for method in args.methods:
         retrieval = RetrievalConfig(seed_backend=args.seed_backend)
         engine = Engine(index, encoder, retrieval, get_retriever(method).config_class())
-        evaluate(engine, questions[:WARMUP_QUESTIONS], EvalConfig(batch_size=args.batch_size), progress=False)
-        res = timed(f"query:{method}",
-                    lambda: evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False))
+        eval_cfg = EvalConfig(batch_size=args.batch_size, page_out=args.page_out)
+        evaluate(engine, questions[:WARMUP_QUESTIONS], eval_cfg, progress=False)
+        res = timed(f"query:{method}", lambda: evaluate(engine, questions, eval_cfg, progress=False))
         methods[method] = {k: res[k] for k in ("wall_seconds", "questions_per_second", "recall@5")}
         methods[method]["stage_seconds"] = res["seconds"]
         print(f"{method}: {methods[method]}", flush=True)
-    return {"counts": counts, "methods": methods, "questions": len(questions)}
+    return {"counts": counts, "methods": methods, "questions": len(questions), "page_out": args.page_out}
 
 
 def _reader_process(args, folder: Path) -> dict:
@@ -312,7 +312,7 @@ def _reader_process(args, folder: Path) -> dict:
     cmd = [sys.executable, __file__, "--serve", str(folder), "--data-dir", args.data_dir, "--questions",
            str(args.questions), "--batch-size", str(args.batch_size), "--encoder-dtype", args.encoder_dtype,
            "--seed", str(args.seed), "--threads", str(args.threads), "--seed-backend", args.seed_backend,
-           "--json-line", "--methods", *args.methods]
+           "--json-line", "--page-out" if args.page_out else "--no-page-out", "--methods", *args.methods]
     done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     lines = done.stdout.strip().splitlines()
     print("\n".join(lines[:-1]), flush=True)
@@ -361,6 +361,8 @@ def main(argv=None) -> int:
     ap.add_argument("--questions", type=int, default=1024)
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
     ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--page-out", action=argparse.BooleanOptionalAction, default=True,
+                    help="eval.page_out: hand the mapped pages the queries read back after each batch")
     ap.add_argument("--encoder-dtype", default="auto")
     ap.add_argument("--seed-backend", default="auto", choices=("auto", "exact", "faiss_flat", "faiss_ivf"),
                     help="retrieval.seed_backend of the dense fact and passage searches")

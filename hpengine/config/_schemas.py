@@ -253,6 +253,9 @@ class EvalConfig:
     max_questions: int = 0  # 0: all (more than the file has: all)
     batch_size: int = 256  # questions per engine call (at most MAX_BATCH = 65,536)
     checkpoint: str = ""  # JSONL of finished batches: a killed run resumes from it ("": none)
+    # after each batch, hand the pages a memory-mapped index's queries read back to the kernel
+    # (Index.page_out): bounds the resident set at scale; a page is read again when touched
+    page_out: bool = True
 
     def __post_init__(self):
         _check_finite(self, "eval")

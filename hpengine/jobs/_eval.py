@@ -103,6 +103,8 @@ def evaluate(engine: Engine, questions: list, eval_cfg: EvalConfig, progress: bo
         positions = todo[b: b + eval_cfg.batch_size]
         batch = [questions[i] for i in positions]
         preds.update(zip(positions, answer_batch(engine, positions, batch, ckpt)))
+        if eval_cfg.page_out:
+            engine.index.page_out()
         bar.update(len(batch))
     bar.close()
     preds = [preds[i] for i in range(len(questions))]

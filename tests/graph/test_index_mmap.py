@@ -142,6 +142,23 @@ def test_large_index_loads_without_reading_its_embeddings(large):
     assert torch.equal(copied.fact_emb[::997], mapped.fact_emb[::997])
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_index_page_out_hands_back_what_scattered_reads_mapped(large):
+    """Scattered row reads (what exact re-scoring does) leave mapped pages resident;
+    ``Index.page_out`` hands them back, keeps every value, and leaves a copied index alone."""
+    mapped = Index.load(large, verify=False)
+    rows = torch.randperm(200_000, generator=torch.Generator().manual_seed(0))[:20_000]
+    want = mapped.fact_emb[rows].clone()  # ~20k scattered rows of 1.5 KiB: most pages of the 300 MB
+    before = _rss_file_kib()
+    paged = mapped.page_out()
+    if not paged:
+        pytest.skip("this kernel refuses MADV_PAGEOUT")
+    assert paged == len(NAMES) - 1  # every tensor of the index but the empty synonym pairs
+    assert before - _rss_file_kib() > 100 << 10
+    assert torch.equal(mapped.fact_emb[rows], want)  # read again from the file
+    assert Index.load(large, mmap=False, verify=False).page_out() == 0
+
+
 def test_verify_auto_skips_value_checks_only_of_large_mapped_embeddings(saved, monkeypatch):
     path = tensors_file(saved)
     tensors = load_file(str(path))

@@ -456,3 +456,15 @@ def test_a_read_only_file_is_refused(tmp_path):
     path.chmod(0o444)
     with pytest.raises(UserError, match=r"cannot be appended to \(Permission denied\)"):
         check_checkpoint_path(str(path))
+
+
+def test_evaluate_pages_out_after_each_batch_unless_told_not_to(builtin_index, monkeypatch):
+    """``eval.page_out``: the index's mapped pages go back to the kernel after every batch."""
+    calls = []
+    engine = _engine(builtin_index)
+    monkeypatch.setattr(type(engine.index), "page_out", lambda self: calls.append(self) or 0)
+    questions = builtin_index[2][:6]
+    evaluate(engine, questions, EvalConfig(batch_size=4), progress=False)
+    assert len(calls) == 2 and all(c is engine.index for c in calls)  # two batches
+    evaluate(engine, questions, EvalConfig(batch_size=4, page_out=False), progress=False)
+    assert len(calls) == 2
