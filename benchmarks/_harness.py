@@ -37,6 +37,8 @@ import torch
 from torch.utils import benchmark
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: the benchmark data sets (../shared/data from the repository), read in place, never copied
+DEV_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def rss_bytes() -> int:
@@ -214,6 +216,33 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
                         help="exit 1 if a throughput fell by more than PCT percent against --compare")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--device", default="cpu")
+
+
+def add_dev_set_args(parser: argparse.ArgumentParser, *, methods: list, encoder_dtype: str = "auto") -> None:
+    """The options of the scripts that run methods on the real dev sets: an index per data set at
+    ``INDEX_ROOT/NAME<suffix>``, its questions at ``DATA/NAME/dev.json``."""
+    parser.add_argument("--index-root", required=True)
+    parser.add_argument("--datasets", nargs="+", default=["2wikimultihopqa", "musique", "hotpotqa"])
+    parser.add_argument("--data-dir", default=str(DEV_DATA))
+    parser.add_argument("--index-suffix", default="", help="the index of NAME is INDEX_ROOT/NAME<suffix> (e.g. _e5)")
+    parser.add_argument("--methods", nargs="+", default=list(methods))
+    parser.add_argument("--max-questions", type=int, default=0, help="0: every dev question")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--encoder-dtype", default=encoder_dtype)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--label", default="")
+
+
+def run_dev_sets(args, run_dataset: Callable, table: Callable) -> int:
+    """``run_dataset(name, args)`` for every ``--datasets`` name; prints ``table(reports)`` and
+    saves ``{"args", "datasets"}`` as ``--label``'s JSON."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    reports = {name: run_dataset(name, args) for name in args.datasets}
+    print(table(reports))
+    if args.label:
+        print(f"saved {write_json({'args': vars(args), 'datasets': reports}, result_path(args.label))}")
+    return 0
 
 
 def finish(args, records: list[Record], meta: dict | None = None) -> int:

@@ -27,9 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import result_path, write_json  # noqa: E402
+from _harness import add_dev_set_args, run_dev_sets  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def search_recall(exact_ids: torch.Tensor, approx_ids: torch.Tensor) -> float:
@@ -153,28 +152,12 @@ def table(reports: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--index-root", required=True)
-    ap.add_argument("--datasets", nargs="+", default=["2wikimultihopqa", "musique", "hotpotqa"])
-    ap.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    ap.add_argument("--index-suffix", default="", help="the index of NAME is INDEX_ROOT/NAME<suffix> (e.g. _e5)")
-    ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr"])
-    ap.add_argument("--max-questions", type=int, default=0, help="0: every dev question")
-    ap.add_argument("--batch-size", type=int, default=64)
+    add_dev_set_args(ap, methods=["dense", "hyperprove", "ppr"], encoder_dtype="float32")
     ap.add_argument("--nlist", type=int, default=0)
     ap.add_argument("--nprobe", type=int, default=0)
-    ap.add_argument("--encoder-dtype", default="float32")
     ap.add_argument("--synonyms", choices=["exact", "nndescent"], default="exact",
                     help="nndescent: the approximate setting searches the synonyms again by NN-descent too")
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--label", default="")
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    reports = {name: run_dataset(name, args) for name in args.datasets}
-    print(table(reports))
-    if args.label:
-        print(f"saved {write_json({'args': vars(args), 'datasets': reports}, result_path(args.label))}")
-    return 0
+    return run_dev_sets(ap.parse_args(argv), run_dataset, table)
 
 
 if __name__ == "__main__":

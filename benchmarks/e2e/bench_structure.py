@@ -6,7 +6,10 @@
 Structure: for each index (``bench_scale.py --keep-indexes`` writes them), the build's structure
 step on the loaded index (``expand_with_synonyms``, ``HyperGraph.from_incidence(coalesced=True)``
 and ``transition()``), best of ``--repeat`` runs in one process, beside the growth of its input
-(the incidences after synonym expansion, nnz). Side by side, on the same keys: the key sort it runs
+(the incidences after synonym expansion, nnz); and the structure ``Index.graph`` builds, the
+expansion kept as factors (``HyperGraph.from_incidence(..., synonyms=...)`` and ``transition()``),
+beside its input (the factors' entries: extracted incidences, synonym relation with its diagonal,
+excess). Side by side, on the same keys: the key sort it runs
 on, ``hpengine.sparse.sort_keys`` (NumPy's sort on CPU) against ``torch.sort`` (the sort before).
 
 Merge: the streaming build's last step copies every shard's fact and passage embedding rows into
@@ -60,10 +63,19 @@ def structure_row(path: str, repeat: int) -> dict:
         graph.transition()
         return graph
 
+    def factored():
+        graph = HyperGraph.from_incidence(index.fact_entity_raw, index.fact_passage, index.num_entities,
+                                          index.num_passages, synonyms=index.synonyms)
+        graph.transition()
+        return graph
+
     graph = step()
     keys = graph.fact_entity[1] * index.num_facts + graph.fact_entity[0]  # the transpose's keys
     keys = keys[torch.randperm(keys.numel(), generator=torch.Generator().manual_seed(0))]
-    return {"passages": index.num_passages, "nnz": graph.nnz, "structure_s": _best(step, repeat),
+    b = factored().transition().b
+    return {"passages": index.num_passages, "nnz": graph.nnz,
+            "factor_entries": b.outer._nnz() + b.inner._nnz() + b.minus._nnz(),
+            "structure_s": _best(step, repeat), "factored_s": _best(factored, repeat),
             "sort_keys_s": _best(lambda: sort_keys(keys), repeat),
             "torch_sort_s": _best(lambda: torch.sort(keys), repeat)}
 
@@ -109,19 +121,23 @@ def main(argv=None) -> int:
             row.update(merge_row(row["passages"], args.repeat, Path(tmp)))
             rows.append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    cols = ["structure_s", "sort_keys_s", "torch_sort_s", "merge_mapped_s", "merge_read_s"]
-    print("\n| N | nnz | " + " | ".join(cols) + " |")
-    print("|---" * (len(cols) + 2) + "|")
+    cols = ["structure_s", "factored_s", "sort_keys_s", "torch_sort_s", "merge_mapped_s", "merge_read_s"]
+    print("\n| N | nnz | factor entries | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 3) + "|")
     for r in rows:
-        print(f"| {r['passages']:,} | {r['nnz']:,} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+        print(f"| {r['passages']:,} | {r['nnz']:,} | {r['factor_entries']:,} | "
+              + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
     if len(rows) > 1:
-        print("| exponent in N | " + f"{_exponent(rows, 'nnz'):.2f} | "
+        print("| exponent in N | " + f"{_exponent(rows, 'nnz'):.2f} | {_exponent(rows, 'factor_entries'):.2f} | "
               + " | ".join(f"{_exponent(rows, c):.2f}" for c in cols) + " |")
-        print("| exponent in nnz | | " + " | ".join(f"{_exponent(rows, c, 'nnz'):.2f}" for c in cols[:3]) + " | | |")
+        print("| exponent in its input | | | " + f"{_exponent(rows, 'structure_s', 'nnz'):.2f} | "
+              + f"{_exponent(rows, 'factored_s', 'factor_entries'):.2f} | "
+              + " | ".join(f"{_exponent(rows, c, 'nnz'):.2f}" for c in cols[2:4]) + " | | |")
+    impls = ("structure", "factored", "sort_keys", "torch_sort", "merge_mapped", "merge_read")
     records = [Record(bench="structure", impl=impl, case={"passages": r["passages"], "nnz": r["nnz"]},
                       seconds=r[f"{impl}_s"], items=r["passages"] if impl.startswith("merge") else r["nnz"],
                       runs=args.repeat, peak_mib=float("nan"))
-               for r in rows for impl in ("structure", "sort_keys", "torch_sort", "merge_mapped", "merge_read")]
+               for r in rows for impl in impls]
     return finish(args, records, {"rows": rows, "threads": args.threads})
 
 

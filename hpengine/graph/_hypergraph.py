@@ -5,10 +5,12 @@ import torch
 from torch import Tensor
 
 from hpengine.sparse import (
+    SparseChain,
     TransitionOperator,
     augmented_incidence,
     coalesce_pairs,
     csr_from_sorted_pairs,
+    expanded_rows,
     node_degree,
     sort_keys,
     unique_keys,
@@ -27,12 +29,18 @@ def _check_index(name: str, t: Tensor, ndim: int) -> None:
 class HyperGraph:
     """Incidence structure of the index (docs/methods/index.md#incidence-and-degrees), on one device.
 
-    Holds ``B_he`` as coalesced COO pairs (``fact_entity``, after synonym expansion), the
-    fact -> passage map ``sigma`` (``fact_passage``), the sizes, and lazily built CSR caches
-    and transition operators. Build it with :meth:`from_incidence`.
+    Holds ``B_he`` as coalesced COO pairs, the fact -> passage map ``sigma`` (``fact_passage``),
+    the sizes, and lazily built CSR caches and transition operators. Build it with
+    :meth:`from_incidence`. ``B_he`` is either given expanded (``fact_entity``, after synonym
+    expansion) or as the extracted pairs and the synonym pairs (``synonyms``): then it is
+    ``bin(B_raw (I + S))``, kept as those factors (docs/methods/index.md#the-expanded-incidence-as-factors)
+    and materialised only where ``fact_entity`` is read.
 
     Attributes:
-        fact_entity: int64 ``[2, nnz]`` unique (fact, entity) pairs sorted by fact then entity.
+        fact_entity: int64 ``[2, nnz]`` unique (fact, entity) pairs of ``B_he`` sorted by fact then
+            entity (built on first read for a factored graph).
+        raw_fact_entity: the pairs given (``fact_entity`` itself unless ``synonyms`` is set).
+        synonyms: int64 ``[2, n]`` (entity, synonym) pairs, or None.
         fact_passage: int64 ``[H]``.
         num_facts, num_entities, num_passages: H, V, P.
 
@@ -45,8 +53,10 @@ class HyperGraph:
                 [0., 0., 0.]])
     """
 
-    def __init__(self, fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int):
-        self.fact_entity = fact_entity
+    def __init__(self, fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int,
+                 synonyms: Tensor | None = None):
+        self.raw_fact_entity = fact_entity
+        self.synonyms = synonyms
         self.fact_passage = fact_passage
         self.num_facts = int(fact_passage.numel())
         self.num_entities = int(num_entities)
@@ -55,12 +65,12 @@ class HyperGraph:
 
     @classmethod
     def from_incidence(cls, fact_entity: Tensor, fact_passage: Tensor, num_entities: int,
-                       num_passages: int, *, coalesced: bool = False) -> "HyperGraph":
+                       num_passages: int, *, coalesced: bool = False, synonyms: Tensor | None = None) -> "HyperGraph":
         """Build a graph from (fact, entity) pairs and the fact -> passage map.
 
         Args:
-            fact_entity: int64 ``[2, nnz]`` (fact, entity) pairs *after* synonym expansion;
-                duplicate pairs count once.
+            fact_entity: int64 ``[2, nnz]`` (fact, entity) pairs *after* synonym expansion, or
+                before it when ``synonyms`` is given; duplicate pairs count once.
             fact_passage: int64 ``[H]`` source passage of each fact.
             num_entities: V (entities may have no fact).
             num_passages: P (passages may have no fact).
@@ -68,12 +78,15 @@ class HyperGraph:
                 :func:`~hpengine.graph.expand_with_synonyms` returns them): kept as they are instead
                 of sorted again (at a million passages the sort of 76M pairs is ~20 s and 2 GB of
                 temporaries). Ids are range-checked either way; :meth:`validate` checks the order.
+            synonyms: optional int64 ``[2, n]`` (entity, synonym) pairs: the graph's incidence is
+                then ``fact_entity`` with every synonym of a fact's entities added (what
+                :func:`~hpengine.graph.expand_with_synonyms` materialises), kept factored.
 
         Returns:
             A :class:`HyperGraph` on the inputs' device.
 
         Shapes:
-            fact_entity ``[2, nnz]``, fact_passage ``[H]``.
+            fact_entity ``[2, nnz]``, fact_passage ``[H]``, synonyms ``[2, n]``.
         """
         _check_index("fact_entity", fact_entity, 2)
         _check_index("fact_passage", fact_passage, 1)
@@ -96,8 +109,34 @@ class HyperGraph:
         if num_facts and (int(fact_passage.min()) < 0 or int(fact_passage.max()) >= num_passages):
             raise ValueError(f"fact_passage values must lie in [0, {num_passages}) "
                              f"(got range [{int(fact_passage.min())}, {int(fact_passage.max())}])")
+        if synonyms is not None:
+            _check_index("synonyms", synonyms, 2)
+            if synonyms.shape[0] != 2 or synonyms.device != fact_entity.device:
+                raise ValueError(f"synonyms must be [2, n] on {fact_entity.device} "
+                                 f"(got shape {tuple(synonyms.shape)} on {synonyms.device})")
+            if synonyms.numel() and (int(synonyms.min()) < 0 or int(synonyms.max()) >= num_entities):
+                raise ValueError(f"synonym entity ids must lie in [0, {num_entities}) "
+                                 f"(got range [{int(synonyms.min())}, {int(synonyms.max())}])")
         pairs = fact_entity if coalesced else coalesce_pairs(fact_entity, num_facts, max(num_entities, 1))
-        return cls(pairs, fact_passage.contiguous(), num_entities, num_passages)
+        return cls(pairs, fact_passage.contiguous(), num_entities, num_passages, synonyms=synonyms)
+
+    @property
+    def factored(self) -> bool:
+        """Whether the incidence is kept as the extracted pairs and the synonym pairs."""
+        return self.synonyms is not None
+
+    @property
+    def fact_entity(self) -> Tensor:
+        """int64 ``[2, nnz]`` (fact, entity) pairs of ``B_he``, sorted, unique (a factored graph
+        materialises them on first read: ``nnz`` grows faster than the corpus)."""
+        if self.synonyms is None:
+            return self.raw_fact_entity
+        if "fact_entity" not in self._cache:
+            from hpengine.graph._synonyms import expand_with_synonyms
+
+            self._cache["fact_entity"] = expand_with_synonyms(self.raw_fact_entity, self.synonyms, self.num_facts,
+                                                              self.num_entities)
+        return self._cache["fact_entity"]
 
     # ------------------------------------------------------------------ basics
     @property
@@ -107,6 +146,8 @@ class HyperGraph:
     @property
     def nnz(self) -> int:
         """Number of (fact, entity) incidences (passage memberships not counted)."""
+        if self.factored:  # the operator's B holds one passage column per fact besides them
+            return self.transition().nnz - self.num_facts
         return int(self.fact_entity.shape[1])
 
     def to(self, device) -> "HyperGraph":
@@ -114,11 +155,13 @@ class HyperGraph:
         device = torch.device(device)
         if device == self.device:
             return self
-        return HyperGraph(self.fact_entity.to(device), self.fact_passage.to(device),
-                          self.num_entities, self.num_passages)
+        return HyperGraph(self.raw_fact_entity.to(device), self.fact_passage.to(device), self.num_entities,
+                          self.num_passages, synonyms=None if self.synonyms is None else self.synonyms.to(device))
 
     def entity_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """``d_e [V]``: facts per entity."""
+        if self.factored:  # exact integer counts (float32 holds them below 2^24 facts per entity)
+            return self.transition().column_degree[: self.num_entities].to(dtype)
         return node_degree(self.fact_entity[1], self.num_entities, dtype)
 
     def passage_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -137,7 +180,9 @@ class HyperGraph:
         out = torch.zeros(v, dtype=torch.int64, device=self.device)
         if not v or not self.nnz:
             return out
-        bt = self.transition().bt  # rows [0, V) are the entities, their facts in order
+        if self.factored:
+            return self._entity_passage_count_factored(chunk)
+        bt = self.transition().bt.outer  # rows [0, V) are the entities, their facts in order
         crow = bt.crow_indices()[: v + 1].long()
         facts = bt.col_indices()
         lo = 0
@@ -148,6 +193,34 @@ class HyperGraph:
             rows = torch.repeat_interleave(torch.arange(hi - lo, device=self.device), crow[lo + 1:hi + 1] - crow[lo:hi])
             keys = unique_keys(rows.mul_(p).add_(self.fact_passage.index_select(0, facts[a:b])), inplace=True)
             out[lo:hi] = torch.bincount(keys // p, minlength=hi - lo)
+            lo = hi
+        return out
+
+    def _entity_passage_count_factored(self, chunk: int) -> Tensor:
+        """:meth:`entity_passage_count` of a factored graph: an entity's passages are those of the
+        extracted entities it is related to (itself included), so the rows of
+        ``bin((I + S)^T EP)`` (``EP`` the extracted entity-passage pairs) are counted, a block of
+        about ``chunk`` gathered pairs at a time."""
+        v, p, c = self.num_entities, max(self.num_passages, 1), self.num_entities + self.num_passages
+        raw = self.raw_fact_entity
+        keys = unique_keys(raw[1] * p + self.fact_passage.index_select(0, raw[0]), inplace=True)
+        ep = csr_from_sorted_pairs(torch.stack([keys // p, keys % p]), c, p,
+                                   torch.ones(keys.numel(), device=self.device))
+        related_t = self.transition().bt.outer  # (I + S)^T over all columns; rows [0, V) are the entities
+        crow = related_t.crow_indices().long()[: v + 1]
+        reach = crow[1:] - crow[:-1]
+        row_of = torch.repeat_interleave(torch.arange(v, device=self.device), reach)
+        ep_len = (ep.crow_indices()[1:] - ep.crow_indices()[:-1]).long()
+        work = torch.zeros(v, dtype=torch.int64, device=self.device).index_add_(
+            0, row_of, ep_len.index_select(0, related_t.col_indices()[: int(crow[-1])].long()))
+        bound = torch.cumsum(work, 0)
+        chain = SparseChain(related_t, ep)
+        out = torch.empty(v, dtype=torch.int64, device=self.device)
+        lo = 0
+        while lo < v:  # blocks of entity rows, not single entities
+            done = int(bound[lo - 1]) if lo else 0
+            hi = min(v, max(lo + 1, int(torch.searchsorted(bound, done + chunk, right=True))))
+            out[lo:hi] = expanded_rows(chain, torch.arange(lo, hi, device=self.device))[0]
             lo = hi
         return out
 
@@ -189,13 +262,14 @@ class HyperGraph:
         """
         key = ("transition", dtype)
         if key not in self._cache:
-            pairs = augmented_incidence(self.fact_entity, self.fact_passage, self.num_entities)
-            self._cache[key] = TransitionOperator(pairs, self.num_facts, self.num_entities + self.num_passages, dtype)
+            pairs = augmented_incidence(self.raw_fact_entity, self.fact_passage, self.num_entities)
+            self._cache[key] = TransitionOperator(pairs, self.num_facts, self.num_entities + self.num_passages, dtype,
+                                                  relation=self.synonyms)  # synonyms: entity ids are column ids
         return self._cache[key]
 
     def validate(self) -> "HyperGraph":
         """O(nnz) invariants: sorted unique pairs, ids in range. Raises ``ValueError``."""
-        fe = self.fact_entity
+        fe = self.raw_fact_entity
         if fe.numel():
             key = fe[0] * max(self.num_entities, 1) + fe[1]
             if bool((key[1:] <= key[:-1]).any()):
@@ -208,5 +282,5 @@ class HyperGraph:
 
     def __repr__(self) -> str:
         return (f"HyperGraph(num_facts={self.num_facts}, num_entities={self.num_entities}, "
-                f"num_passages={self.num_passages}, nnz={self.nnz}, device={self.device})")
+                f"num_passages={self.num_passages}, nnz={self.nnz}, factored={self.factored}, device={self.device})")
 

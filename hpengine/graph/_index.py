@@ -39,7 +39,6 @@ from hpengine.graph._hypergraph import HyperGraph
 from hpengine.graph._mmap import map_safetensors, page_out, read_safetensors, write_safetensors
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, SEGMENTED_VERSION, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
-from hpengine.graph._synonyms import expand_with_synonyms
 from hpengine.graph._texts import PassageColumn, TextColumn, release_freed_memory
 
 _META, _TEXTS, _TENSORS = MANIFEST, "texts.json", "tensors.safetensors"
@@ -110,11 +109,12 @@ class Index:
 
     @property
     def graph(self) -> HyperGraph:
-        """The hypergraph over the synonym-expanded incidence (built once, cached)."""
+        """The hypergraph over the synonym-expanded incidence (built once, cached), kept as the
+        extracted pairs and the synonym pairs: the expansion adds ``deg(e) * |Syn(e)|`` incidences
+        per entity, which grows faster than the corpus (docs/scale.md)."""
         if self._graph is None:
-            expanded = expand_with_synonyms(self.fact_entity_raw, self.synonyms, self.num_facts, self.num_entities)
-            self._graph = HyperGraph.from_incidence(expanded, self.fact_passage, self.num_entities, self.num_passages,
-                                                    coalesced=True)  # expand_with_synonyms sorts and dedups
+            self._graph = HyperGraph.from_incidence(self.fact_entity_raw, self.fact_passage, self.num_entities,
+                                                    self.num_passages, synonyms=self.synonyms)
         return self._graph
 
     @property

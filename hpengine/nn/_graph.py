@@ -8,15 +8,17 @@ from hpengine.nn._base import IndexModule
 
 
 class GraphModule(IndexModule):
-    """An :class:`IndexModule` over a hypergraph: ``fact_entity`` (int64 ``[2, nnz]``,
-    synonym-expanded) and ``fact_passage`` (int64 ``[H]``) are buffers; :attr:`graph` is the
+    """An :class:`IndexModule` over a hypergraph: ``fact_entity`` (int64 ``[2, nnz]``: the graph's
+    pairs as given, synonym-expanded or extracted), ``synonyms`` (int64 ``[2, n]`` for a factored
+    graph, else None) and ``fact_passage`` (int64 ``[H]``) are buffers; :attr:`graph` is the
     :class:`~hpengine.HyperGraph` over them, built on first use on the buffers' device and
     rebuilt after ``.to()``."""
 
     def _add_graph(self, graph: HyperGraph) -> None:
         if not isinstance(graph, HyperGraph):
             raise TypeError(f"graph must be a hpengine.HyperGraph (got {type(graph).__name__})")
-        self._add_tensor("fact_entity", graph.fact_entity)
+        self._add_tensor("fact_entity", graph.raw_fact_entity)  # a factored graph stays factored
+        self._add_tensor("synonyms", graph.synonyms)
         self._add_tensor("fact_passage", graph.fact_passage)
         self.num_facts, self.num_entities, self.num_passages = graph.num_facts, graph.num_entities, graph.num_passages
         self._cache["graph"] = graph  # already built (its CSR caches too): reuse it on its device
@@ -24,7 +26,7 @@ class GraphModule(IndexModule):
     @property
     def graph(self) -> HyperGraph:
         return self._cached("graph", lambda: HyperGraph(self.fact_entity, self.fact_passage, self.num_entities,
-                                                         self.num_passages))
+                                                         self.num_passages, synonyms=self.synonyms))
 
     def _cached_for(self, key: str, tensor: Tensor, build):
         """``build()`` cached while ``tensor`` is the same unmodified storage (an optimizer step

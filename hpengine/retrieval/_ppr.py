@@ -22,7 +22,8 @@ block ``a`` ``[C, Qc]``::
     (I - d^2 S_up S_down) a = (1 - d) (p^_a + d S_up p^_f)
     S_up = B^T D_f^-1  [C, H],   S_down = B D_c^-1  [H, C]    (degree scalings folded into CSR values)
 
-One iteration costs two SpMMs with ``B`` (``O(nnz(B) * Qc)``). ``S_up S_down`` is similar to
+One iteration costs two products with ``B`` (``O(nnz(B) * Qc)``; a factored ``B``, a
+:class:`~hpengine.sparse.SparseChain`, costs its factors' entries instead). ``S_up S_down`` is similar to
 ``K K^T`` with ``K = D_c^-1/2 B^T D_f^-1/2`` (``||K|| <= 1``), so the reduced system's eigenvalues
 lie in ``[1 - d^2, 1]``. ``method="power"`` iterates ``a <- b + d^2 S_up S_down a``: the power
 iteration of the star graph with the fact half-step done in place (Gauss-Seidel order), error
@@ -38,13 +39,12 @@ kept for backward: ``dL/dp = v / (sum(u) sum(p))`` with ``w = g - (g . x) 1``.
 """
 from __future__ import annotations
 
-import math
 import weakref
 
 import torch
 from torch import Tensor
 
-from hpengine.sparse import TransitionOperator, csr_with_values
+from hpengine.sparse import SparseChain, TransitionOperator
 from hpengine.retrieval._chunking import PPR_BUDGET_MB, resolve_memory_budget_mb
 
 #: most questions per chunk on CPU: beyond ~32 columns the rows of the ``[C, Qc]`` block gathered
@@ -57,25 +57,17 @@ METHODS = ("power", "chebyshev")
 _PARTS: "weakref.WeakKeyDictionary[TransitionOperator, dict]" = weakref.WeakKeyDictionary()
 
 
-def _parts(op: TransitionOperator, adjoint: bool) -> tuple[Tensor, Tensor]:
+def _parts(op: TransitionOperator, adjoint: bool) -> tuple[SparseChain, SparseChain]:
     """``(up [C, H], down [H, C])``: ``(B^T D_f^-1, B D_c^-1)``, or ``(D_c^-1 B^T, D_f^-1 B)`` (adjoint)."""
     cache = _PARTS.setdefault(op, {})
     key = "adjoint" if adjoint else "forward"
     if key not in cache:  # the scaled copies share B's and B^T's index arrays: only values are new
-        b, bt = op.b, op.bt
-        crow, bt_crow = b.crow_indices(), bt.crow_indices()
-        fact_degree = (crow[1:] - crow[:-1]).to(op.dtype)  # >= 1: every fact has its passage
-        inv_fact = fact_degree.reciprocal()
+        inv_fact = op.fact_degree.reciprocal()  # >= 1: every fact has its passage
         inv_col = op.inv_degree  # [C], 0 for a dangling entity or passage
         if adjoint:  # D_c^-1 B^T: scaled by row of B^T; D_f^-1 B: by row of B
-            up_values = inv_col.repeat_interleave((bt_crow[1:] - bt_crow[:-1]).long())
-            down_values = inv_fact.repeat_interleave((crow[1:] - crow[:-1]).long())
+            cache[key] = (op.bt.scaled(row=inv_col), op.b.scaled(row=inv_fact))
         else:  # B^T D_f^-1: scaled by column of B^T (a fact); B D_c^-1: by column of B
-            up_values = inv_fact.index_select(0, bt.col_indices())
-            down_values = inv_col.index_select(0, b.col_indices())
-        up = csr_with_values(bt_crow, bt.col_indices(), up_values, (op.num_columns, op.num_facts))
-        down = csr_with_values(crow, b.col_indices(), down_values, (op.num_facts, op.num_columns))
-        cache[key] = (up, down)
+            cache[key] = (op.bt.scaled(col=inv_fact), op.b.scaled(col=inv_col))
     return cache[key]
 
 
@@ -122,7 +114,7 @@ def ppr_chunk_size(num_questions: int, *, num_nodes: int, num_columns: int, num_
     return max(1, min(chunk, max(num_questions, 1)))
 
 
-def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: float, tol: float,
+def _solve(up: SparseChain, down: SparseChain, rhs: Tensor, num_columns: int, *, damping: float, tol: float,
            max_iter: int, method: str, emit) -> int:
     """Solve the reduced system for the columns of one chunk; ``emit(cols, u)`` gets finished columns.
 
@@ -138,7 +130,7 @@ def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: 
         method = "power"
     rhs_a, rhs_f = rhs[:num_columns], rhs[num_columns:]
     # b = (1 - d) (rhs_a + d up rhs_f); the iterate starts at b
-    x = torch.addmm(rhs_a, up, rhs_f, beta=1.0 - d, alpha=d * (1.0 - d))
+    x = up.addmm(rhs_a, rhs_f, beta=1.0 - d, alpha=d * (1.0 - d))
     rhs_f = rhs_f.contiguous()
     num_facts = rhs_f.shape[0]
     cols = torch.arange(rhs.shape[1], device=rhs.device)
@@ -146,13 +138,13 @@ def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: 
 
     def apply_down(block: Tensor) -> Tensor:  # down @ block into the [H, w] work buffer
         tmp = tmp_flat[: num_facts * block.shape[1]].view(num_facts, block.shape[1])
-        return torch.addmm(tmp, down, block, beta=0.0, out=tmp)
+        return down.addmm(tmp, block, beta=0.0, out=tmp)
 
     if method == "chebyshev":
         theta, delta = 1.0 - d2 / 2.0, d2 / 2.0  # centre and half-width of [1 - d^2, 1]
         sigma = theta / delta
         rho = 1.0 / sigma
-        r = torch.addmm(x, up, apply_down(x), beta=0.0, alpha=d2)  # r0 = b - A b = d^2 up down b
+        r = up.addmm(x, apply_down(x), beta=0.0, alpha=d2)  # r0 = b - A b = d^2 up down b
         state = [x, r, r / theta, rhs_f]  # iterate, residual, step, fact rhs
     else:
         state = [x, x.clone(), rhs_f, torch.empty_like(x)]  # iterate, b, fact rhs, next iterate
@@ -169,7 +161,7 @@ def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: 
             x.add_(step)
         else:
             x, b, x_next = state[0], state[1], state[3]
-            torch.addmm(b, up, apply_down(x), alpha=d2, out=x_next)  # b + d^2 up down x
+            up.addmm(b, apply_down(x), alpha=d2, out=x_next)  # b + d^2 up down x
             change = torch.linalg.vector_norm(x.sub_(x_next), ord=1, dim=0)  # [w]
             state[0], state[3] = x_next, x
             x = x_next
@@ -180,7 +172,7 @@ def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: 
         if bool(done.any()):
             idx = done.nonzero().squeeze(1)
             x_done = x[:, idx]
-            f_done = torch.addmm(state[2 if method == "power" else 3][:, idx], down, x_done, beta=1.0 - d, alpha=d)
+            f_done = down.addmm(state[2 if method == "power" else 3][:, idx], x_done, beta=1.0 - d, alpha=d)
             emit(cols[idx], torch.cat([x_done, f_done]))
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
@@ -189,7 +181,8 @@ def _solve(up: Tensor, down: Tensor, rhs: Tensor, num_columns: int, *, damping: 
             state = [t[:, keep].contiguous() for t in state]  # finished columns leave the block
         if method == "chebyshev":
             step = state[2]
-            state[1].sub_(step).addmm_(up, apply_down(step), alpha=d2)  # r -= A step, A = I - d^2 up down
+            residual = state[1].sub_(step)  # r -= A step, A = I - d^2 up down
+            up.addmm(residual, apply_down(step), alpha=d2, out=residual)
     return iterations
 
 

@@ -12,14 +12,15 @@ import torch
 from torch import Tensor
 
 from hpengine.retrieval._topk import blocked_topk
-from hpengine.sparse import TransitionOperator, csr_with_values, inverse_or_zero
+from hpengine.sparse import SparseChain, TransitionOperator, inverse_or_zero
 
 # op -> (D^-1 B^T r^-1 as CSR [C, H], diag * r^-1 [H]); cached per operator (see _walk_parts)
-_WALK_PARTS: "weakref.WeakKeyDictionary[TransitionOperator, tuple[Tensor, Tensor]]" = weakref.WeakKeyDictionary()
+_WALK_PARTS: "weakref.WeakKeyDictionary[TransitionOperator, tuple[SparseChain, Tensor]]" = weakref.WeakKeyDictionary()
 
 
-def _walk_parts(op: TransitionOperator) -> tuple[Tensor, Tensor]:
-    """``D^-1 B^T diag(r^-1)`` as one CSR ``[C, H]`` and ``diag(W_s) * r^-1`` ``[H]``.
+def _walk_parts(op: TransitionOperator) -> tuple[SparseChain, Tensor]:
+    """``D^-1 B^T diag(r^-1)`` as one :class:`~hpengine.sparse.SparseChain` ``[C, H]`` and
+    ``diag(W_s) * r^-1`` ``[H]``.
 
     ``T_s^T x = B D^-1 B^T (r^-1 x) - diag * r^-1 x``; folding both scalings into the values of
     ``B^T`` saves two dense passes over ``[H, Q]`` and one over ``[C, Q]`` per walk step (bench_hop:
@@ -27,13 +28,8 @@ def _walk_parts(op: TransitionOperator) -> tuple[Tensor, Tensor]:
     operator from its buffers.
     """
     parts = _WALK_PARTS.get(op)
-    if parts is None:
-        bt = op.bt  # the scaled copy shares B^T's index arrays: only its values are new
-        crow = bt.crow_indices()
-        fact = bt.col_indices()
-        values = op.inv_degree.repeat_interleave((crow[1:] - crow[:-1]).long()) * op.inv_row_sum.index_select(0, fact)
-        scaled = csr_with_values(crow, fact, values, (op.num_columns, op.num_facts))
-        parts = (scaled, op.diag * op.inv_row_sum)
+    if parts is None:  # the scaled copy shares B^T's index arrays: only its values are new
+        parts = (op.bt.scaled(row=op.inv_degree, col=op.inv_row_sum), op.diag * op.inv_row_sum)
         _WALK_PARTS[op] = parts
     return parts
 
@@ -158,10 +154,10 @@ def walk_visits(op: TransitionOperator, restart_ids: Tensor, restart_mass: Tenso
     # The in-place/addmm forms below are ~2.5x faster on CPU than torch.mm(..., out=) with a
     # sparse CSR operand, which zero-fills the output and takes a slower kernel (bench_hop).
     for _ in range(walk_steps):  # steps, never questions
-        torch.addmm(y, bt_scaled, x, beta=0.0, alpha=1.0 - restart, out=y)  # [C, Q] (1 - c) D^-1 B^T r^-1 x
+        bt_scaled.addmm(y, x, beta=0.0, alpha=1.0 - restart, out=y)  # [C, Q] (1 - c) D^-1 B^T r^-1 x
         torch.mul(x, minus_diag, out=x_next)  # the diagonal of W_s, removed
         x_next.view(-1).index_add_(0, flat, scaled_restart)  # + c r0
-        x_next.addmm_(op.b, y)  # + (1 - c) B D^-1 B^T r^-1 x
+        op.b.addmm(x_next, y, out=x_next)  # + (1 - c) B D^-1 B^T r^-1 x
         visits.add_(x_next)
         x, x_next = x_next, x
     return visits

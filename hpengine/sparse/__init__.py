@@ -10,10 +10,12 @@ from hpengine.sparse._incidence import (
     inverse_or_zero,
     node_degree,
 )
+from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence, row_pairs, scaled_csr
 from hpengine.sparse._sort import sort_keys, unique_keys
 from hpengine.sparse._transition import TransitionOperator
 
 __all__ = [
+    "SparseChain",
     "TransitionOperator",
     "augmented_incidence",
     "coalesce_pairs",
@@ -21,9 +23,13 @@ __all__ = [
     "csr_from_sorted_pairs",
     "csr_index_dtype",
     "csr_with_values",
+    "expanded_rows",
+    "factored_incidence",
     "gather_csr_rows",
     "inverse_or_zero",
     "node_degree",
+    "row_pairs",
+    "scaled_csr",
     "sort_keys",
     "unique_keys",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence
 from hpengine.sparse._sort import sort_keys
 from hpengine.sparse._incidence import (csr_from_sorted_pairs, csr_index_dtype, csr_with_values, inverse_or_zero,
                                         node_degree)
@@ -55,13 +56,23 @@ class TransitionOperator:
         num_facts: H.
         num_columns: C = V + P.
         dtype: floating dtype of the operator (float32 default; float64 for references).
+        relation: optional int64 ``[2, n]`` pairs of a relation ``N`` on the columns (the synonym
+            pairs): the operator is then over ``bin(B (I + N))``, the incidence with every related
+            column added, kept as factors (:func:`~hpengine.sparse.factored_incidence`) instead of
+            materialised.
+
+    Attributes:
+        b, bt: ``B [H, C]`` and ``B^T [C, H]`` as :class:`~hpengine.sparse.SparseChain` (one CSR
+            matrix, or the factors of the expanded incidence).
+        nnz: entries of ``B``; fact_degree: ``[H]`` entries per row; column_degree, inv_degree:
+            ``[C]`` entries per column and their inverses (0 for an empty column).
 
     Shapes:
         ``op @ X``: ``[H, B] -> [H, B]``; ``op.local_blocks(idx)``: ``[Q, M] -> [Q, M, M]``.
     """
 
     def __init__(self, pairs: Tensor, num_facts: int, num_columns: int, dtype: torch.dtype = torch.float32,
-                 *, _transposed: bool = False, _parts: dict | None = None):
+                 *, relation: Tensor | None = None, _transposed: bool = False, _parts: dict | None = None):
         if _parts is not None:
             self.__dict__.update(_parts)
             self.transposed = _transposed
@@ -72,9 +83,13 @@ class TransitionOperator:
         self.num_columns = num_columns
         self.dtype = dtype
         self.transposed = False
+        if relation is not None:
+            self._init_factored(pairs, relation)
+            return
         self.nnz = int(pairs.shape[1])  # the pairs themselves are not kept: the CSR pair holds them
         ones = torch.ones(pairs.shape[1], dtype=dtype, device=pairs.device)  # shared by B and B^T
         degree = node_degree(pairs[1], num_columns, dtype)  # [C]
+        self.column_degree = degree
         self.inv_degree = inverse_or_zero(degree)  # [C]
         per_pair = self.inv_degree[pairs[1]]
         self.diag = torch.zeros(num_facts, dtype=dtype, device=pairs.device).index_add_(0, pairs[0], per_pair)
@@ -84,8 +99,28 @@ class TransitionOperator:
         del off
         self.inv_row_sum = inverse_or_zero(self.row_sum)  # [H]
         # CSR of B and of B^T, built once: every product reuses them.
-        self.b = csr_from_sorted_pairs(pairs, num_facts, num_columns, ones)  # [H, C]
-        self.bt = _transpose_csr(pairs, num_facts, num_columns, ones)  # [C, H]
+        b = csr_from_sorted_pairs(pairs, num_facts, num_columns, ones)  # [H, C]
+        self.fact_degree = (b.crow_indices()[1:] - b.crow_indices()[:-1]).to(dtype)  # [H]
+        self.b = SparseChain(b)
+        self.bt = SparseChain(_transpose_csr(pairs, num_facts, num_columns, ones))  # [C, H]
+
+    def _init_factored(self, pairs: Tensor, relation: Tensor) -> None:
+        """Degrees, diagonal and row sums of ``bin(B (I + N))`` from its factors: exact integer
+        counts, and two products with ``B`` for the sums over each row."""
+        self.b, self.bt, row_count, col_count = factored_incidence(pairs, relation, self.num_facts, self.num_columns,
+                                                                   self.dtype)
+        self.nnz = int(row_count.sum())
+        self.fact_degree = row_count.to(self.dtype)
+        degree = self.column_degree = col_count.to(self.dtype)
+        self.inv_degree = inverse_or_zero(degree)
+        sums = self.b @ torch.stack([self.inv_degree, (degree - 1.0) * self.inv_degree], dim=1)  # [H, 2]
+        self.diag, self.row_sum = sums[:, 0].contiguous(), sums[:, 1].clamp(min=0.0)
+        self.inv_row_sum = inverse_or_zero(self.row_sum)
+
+    @property
+    def factored(self) -> bool:
+        """Whether ``B`` is kept as the factors of an expanded incidence."""
+        return self.b.factored
 
     # ------------------------------------------------------------------ products
     @property
@@ -213,12 +248,15 @@ class TransitionOperator:
         num_q, m = idx.shape
         dev = self.device
         num_cols = self.num_columns
-        crow, cols = self.b.crow_indices(), self.b.col_indices()
         flat_idx = idx.reshape(-1)
         valid = flat_idx >= 0
         fact = flat_idx.clamp(min=0)
-        start = crow.index_select(0, fact).long()  # [Q*M] (the CSR may hold int32 indices)
-        count = torch.where(valid, crow.index_select(0, fact + 1).long() - start, 0)  # incidences of each slot
+        if self.factored:  # each slot's row of B, expanded from the factors (slot order)
+            count, slot_cols = expanded_rows(self.b, flat_idx)
+        else:
+            crow, cols = self.b.outer.crow_indices(), self.b.outer.col_indices()
+            start = crow.index_select(0, fact).long()  # [Q*M] (the CSR may hold int32 indices)
+            count = torch.where(valid, crow.index_select(0, fact + 1).long() - start, 0)  # incidences of each slot
         per_q = count.view(num_q, m).sum(1)  # [Q]
         # multiplicity of each slot's fact within its question (sorted rows, run lengths)
         sorted_idx, order = torch.sort(idx, dim=1)
@@ -237,7 +275,10 @@ class TransitionOperator:
         # entries (question, slot, column), in slot order
         slot = torch.repeat_interleave(torch.arange(num_q * m, device=dev), count, output_size=total)
         ar = torch.arange(total, device=dev)
-        col = cols.index_select(0, ar + (start - (torch.cumsum(count, 0) - count)).index_select(0, slot))
+        if self.factored:
+            col = slot_cols
+        else:
+            col = cols.index_select(0, ar + (start - (torch.cumsum(count, 0) - count)).index_select(0, slot))
         q_of = torch.div(slot, m, rounding_mode="floor")
         pos = q_of * width + ar - (torch.cumsum(per_q, 0) - per_q).index_select(0, q_of)
         # [Q, width] layout sorted per row by column; padding gets the sentinel column C (sorts last).
@@ -300,4 +341,4 @@ class TransitionOperator:
     def __repr__(self) -> str:
         name = "T_s^T" if self.transposed else "T_s"
         return (f"TransitionOperator({name}, num_facts={self.num_facts}, num_columns={self.num_columns}, "
-                f"nnz={self.nnz}, dtype={self.dtype}, device={self.device})")
+                f"nnz={self.nnz}, factored={self.factored}, dtype={self.dtype}, device={self.device})")

@@ -446,7 +446,7 @@ class _FakeEngine:
         from types import SimpleNamespace
 
         self.index = SimpleNamespace(passages=[SimpleNamespace(title=t, text=x) for t, x in passages],
-                                     num_passages=len(passages))
+                                     num_passages=len(passages), page_out=lambda: 0)
         self.timer = SimpleNamespace(seconds={"retrieve": 0.5})
         self.ranked = ranked
 

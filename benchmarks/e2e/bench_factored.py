@@ -1,0 +1,109 @@
+"""The synonym-expanded incidence kept as factors (what ``Index.graph`` builds) against the
+materialised expansion, on the real dev sets: each graph method's R@2 / R@5, how many questions
+rank the same top 5 passages, q/s, and the structure step's seconds, side by side in one process.
+
+    python benchmarks/e2e/bench_factored.py --index-root /work/idx --index-suffix _e5 \
+        --datasets 2wikimultihopqa musique hotpotqa --threads 2 --label factored_dev_e5
+
+An index per dataset at ``INDEX_ROOT/NAME<suffix>``; its dev questions at ``DATA/NAME/dev.json``
+(``--data-dir``, default ../shared/data). The two graphs differ only in floating-point summation
+order (``B X`` against ``R ((I + N) X) - K X``), so the rankings may differ only where two
+passages' scores tie to rounding.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
+from _harness import add_dev_set_args, run_dev_sets  # noqa: E402
+
+#: questions each engine answers untimed first (encoder and retriever warm-up)
+WARMUP = 8
+
+
+def graphs(index) -> dict:
+    """``{"materialised": graph, "factored": graph}`` over the index's incidence, with the seconds
+    each took to build (the graph and its float32 transition operator)."""
+    from hpengine.graph import HyperGraph, expand_with_synonyms
+
+    out = {}
+    start = time.perf_counter()
+    expanded = expand_with_synonyms(index.fact_entity_raw, index.synonyms, index.num_facts, index.num_entities)
+    g = HyperGraph.from_incidence(expanded, index.fact_passage, index.num_entities, index.num_passages, coalesced=True)
+    g.transition()
+    out["materialised"] = (g, time.perf_counter() - start)
+    start = time.perf_counter()
+    g = HyperGraph.from_incidence(index.fact_entity_raw, index.fact_passage, index.num_entities, index.num_passages,
+                                  synonyms=index.synonyms)
+    g.transition()
+    out["factored"] = (g, time.perf_counter() - start)
+    return out
+
+
+def run_dataset(name: str, args) -> dict:
+    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph import Index
+    from hpengine.jobs import evaluate
+    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+
+    index = Index.load(str(Path(args.index_root) / f"{name}{args.index_suffix}"))
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
+    if args.max_questions:
+        questions = questions[: args.max_questions]
+    built = graphs(index)
+    op = built["factored"][0].transition()
+    report = {"questions": len(questions), "nnz": op.nnz - index.num_facts,
+              "factor_entries": op.b.outer._nnz() + op.b.inner._nnz() + op.b.minus._nnz(),
+              "structure_seconds": {k: round(v[1], 3) for k, v in built.items()}, "methods": {}}
+    print(f"{name}: {len(questions)} questions, {report}", flush=True)
+    for method in args.methods:
+        row, lists = {}, {}
+        for setting, (graph, _) in built.items():
+            on = dataclasses.replace(index, _graph=graph, _lookups=None)
+            engine = Engine(on, encoder, RetrievalConfig(), get_retriever(method).config_class())
+            evaluate(engine, questions[:WARMUP], EvalConfig(batch_size=args.batch_size), progress=False)
+            res = evaluate(engine, questions, EvalConfig(batch_size=args.batch_size), progress=False)
+            row[setting] = {k: res[k] for k in ("recall@2", "recall@5", "wall_seconds", "questions_per_second")}
+            lists[setting] = [tuple(r["gold_ranks"]) for r in res["records"]]
+        row["same_gold_ranks"] = sum(a == b for a, b in zip(lists["materialised"], lists["factored"]))
+        report["methods"][method] = row
+        m, f = row["materialised"], row["factored"]
+        print(f"  {method:10} R@2/R@5 materialised {m['recall@2']:.4f}/{m['recall@5']:.4f} factored "
+              f"{f['recall@2']:.4f}/{f['recall@5']:.4f}; same gold ranks {row['same_gold_ranks']}/{len(questions)}; "
+              f"q/s {m['questions_per_second']:.1f} / {f['questions_per_second']:.1f}", flush=True)
+    return report
+
+
+def table(reports: dict) -> str:
+    lines = ["| dataset | method | R@2 / R@5 materialised | R@2 / R@5 factored | same gold ranks | "
+             "q/s materialised / factored |", "|---|---|---:|---:|---:|---:|"]
+    for name, rep in reports.items():
+        for method, row in rep["methods"].items():
+            m, f = row["materialised"], row["factored"]
+            lines.append(f"| {name} | {method} | {m['recall@2']:.4f} / {m['recall@5']:.4f} | {f['recall@2']:.4f} / "
+                         f"{f['recall@5']:.4f} | {row['same_gold_ranks']} / {rep['questions']} | "
+                         f"{m['questions_per_second']:.1f} / {f['questions_per_second']:.1f} |")
+    lines += ["", "| dataset | nnz (expanded) | factor entries | structure s materialised / factored |",
+              "|---|---:|---:|---:|"]
+    for name, rep in reports.items():
+        s = rep["structure_seconds"]
+        lines.append(f"| {name} | {rep['nnz']:,} | {rep['factor_entries']:,} | {s['materialised']:.3f} / "
+                     f"{s['factored']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dev_set_args(ap, methods=["hyperprove", "ppr"])
+    return run_dev_sets(ap.parse_args(argv), run_dataset, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""An expanded incidence kept as factors: ``B = bin(R (I + N)) = R (I + N) - K``
+(docs/methods/index.md#the-expanded-incidence-as-factors).
+
+``R [H, C]`` is a binary incidence (the extracted (fact, entity) pairs and each fact's passage
+column) and ``N [C, C]`` a binary relation on its columns (the synonym pairs). Row ``f`` of ``B``
+holds every column of ``R``'s row ``f`` and every column related to one of them. ``R (I + N)``
+counts each such column once per column of row ``f`` that reaches it; ``K`` holds the excess
+(count - 1 where the count is at least 2), so ``B = R (I + N) - K`` exactly, and products with
+``B`` and ``B^T`` are products with the three factors: ``O(nnz(R) + nnz(I + N) + nnz(K))`` per
+column instead of ``O(nnz(B))``. Materialising ``B`` adds ``deg(e) * |N(e)|`` incidences per
+column ``e``, which grows faster than the corpus where frequent names also gain related names.
+
+``K`` is found from pairs of columns that share a row of ``R``: a column reached twice from row
+``f`` is reached from two distinct columns of that row, so it lies in the intersection of their
+rows of ``I + N``. Each distinct pair is intersected once (probing the shorter row in the longer
+one) and its common columns are joined back to the rows that hold the pair.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_with_values, gather_csr_rows
+from hpengine.sparse._sort import sort_keys, unique_keys
+
+
+def closed_relation_pairs(relation: Tensor, num_columns: int) -> Tensor:
+    """The pairs of ``I + N``: the relation's pairs and every ``(c, c)``, unique, sorted by row then
+    column.
+
+    Shapes:
+        relation int64 ``[2, n]`` -> int64 ``[2, n' + C]``.
+    """
+    diag = torch.arange(num_columns, device=relation.device)
+    keys = torch.cat([relation[0] * num_columns + relation[1], diag * num_columns + diag])
+    keys = unique_keys(keys, inplace=True)
+    return torch.stack([keys // num_columns, keys % num_columns])
+
+
+def row_pairs(pairs: Tensor, num_rows: int) -> Tensor:
+    """Every pair of entries that share a row: ``(row, col_i, col_j)`` for ``i < j`` in the row's
+    order, int64 ``[3, m]`` with ``m = sum_rows n_row (n_row - 1) / 2``.
+
+    Args:
+        pairs: int64 ``[2, nnz]`` (row, column) pairs sorted by row then column, unique.
+    """
+    rows, cols = pairs[0], pairs[1]
+    dev = pairs.device
+    counts = torch.bincount(rows, minlength=num_rows)
+    start = torch.cumsum(counts, 0) - counts  # [num_rows]
+    position = torch.arange(rows.numel(), device=dev)
+    after = start[rows] + counts[rows] - 1 - position  # entries after each one in its row
+    total = int(after.sum())
+    left = torch.repeat_interleave(position, after, output_size=total)
+    rank = torch.arange(total, device=dev) - torch.repeat_interleave(torch.cumsum(after, 0) - after, after,
+                                                                      output_size=total)
+    right = left + 1 + rank
+    return torch.stack([rows[left], cols[left], cols[right]])
+
+
+def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int) -> tuple[Tensor, Tensor]:
+    """``K = R (I + N) - bin(R (I + N))``: the (row, column) entries reached more than once, and by
+    how much.
+
+    Only entries whose column takes part in the relation (has a related column, or is one) can
+    share a reached column with another entry of their row, so only their pairs are probed.
+
+    Args:
+        pairs: int64 ``[2, nnz]`` pairs of ``R``, sorted by row then column, unique.
+        closed: int64 ``[2, n]`` pairs of ``I + N`` (:func:`closed_relation_pairs`), sorted.
+        num_rows, num_columns: ``R``'s shape.
+
+    Returns:
+        ``(pairs [2, k] sorted by row then column, excess [k] int64 >= 1)``.
+
+    Shapes:
+        ``[2, nnz], [2, n] -> [2, k], [k]``.
+    """
+    dev = pairs.device
+    empty = (torch.zeros(2, 0, dtype=torch.int64, device=dev), torch.zeros(0, dtype=torch.int64, device=dev))
+    crow = torch.zeros(num_columns + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(torch.bincount(closed[0], minlength=num_columns), 0, out=crow[1:])
+    length = crow[1:] - crow[:-1]  # [C] >= 1 (the diagonal)
+    involved = (length > 1) | (torch.bincount(closed[1], minlength=num_columns) > 1)
+    kept = pairs[:, involved[pairs[1]]]
+    together = row_pairs(kept, num_rows)  # [3, m] (row, a, b): two involved columns of one row
+    if not together.shape[1]:
+        return empty
+    row, a, b = together
+    short = torch.where(length[a] <= length[b], a, b)  # probe the shorter row in the longer one
+    long = torch.where(length[a] <= length[b], b, a)
+    which, common = gather_csr_rows(crow, closed[1], short)  # candidates: the short row's columns
+    closed_keys = closed[0] * num_columns + closed[1]  # sorted (closed is row-major, unique)
+    probe = long.index_select(0, which).mul_(num_columns).add_(common)
+    at = torch.searchsorted(closed_keys, probe).clamp_(max=max(closed_keys.numel() - 1, 0))
+    hit = closed_keys.index_select(0, at) == probe
+    if not bool(hit.any()):
+        return empty
+    keys = sort_keys(row.index_select(0, which[hit]).mul_(num_columns).add_(common[hit]), inplace=True)
+    keys, pair_count = torch.unique_consecutive(keys, return_counts=True)
+    # a column reached from c columns of the row is hit by c (c - 1) / 2 of its pairs: excess c - 1
+    excess = ((torch.sqrt(8.0 * pair_count.double() + 1.0) - 1.0) / 2.0).round().long()
+    return torch.stack([keys // num_columns, keys % num_columns]), excess
+
+
+def scaled_csr(m: Tensor, row: Tensor | None = None, col: Tensor | None = None) -> Tensor:
+    """``diag(row) @ m @ diag(col)`` for a CSR ``m``, sharing its index arrays (only values are new)."""
+    crow, cols, values = m.crow_indices(), m.col_indices(), m.values()
+    if row is not None:
+        values = values * row.repeat_interleave((crow[1:] - crow[:-1]).long())
+    if col is not None:
+        values = values * col.index_select(0, cols)
+    return csr_with_values(crow, cols, values, tuple(m.shape))
+
+
+class SparseChain:
+    """The sparse map ``x -> outer @ (inner @ x) - minus @ x`` (``inner``, ``minus`` optional: a
+    plain CSR matrix is ``SparseChain(m)``), applied to dense ``[n, w]`` blocks.
+
+    Shapes:
+        ``[n, w] -> [m, w]``.
+    """
+
+    def __init__(self, outer: Tensor, inner: Tensor | None = None, minus: Tensor | None = None):
+        self.outer, self.inner, self.minus = outer, inner, minus
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        cols = (self.inner if self.inner is not None else self.outer).shape[1]
+        return (int(self.outer.shape[0]), int(cols))
+
+    @property
+    def factored(self) -> bool:
+        return self.inner is not None or self.minus is not None
+
+    def scaled(self, row: Tensor | None = None, col: Tensor | None = None) -> "SparseChain":
+        """``diag(row) @ self @ diag(col)``, its factors sharing this chain's index arrays."""
+        if self.inner is None:
+            outer = scaled_csr(self.outer, row, col)
+            inner = None
+        else:
+            outer, inner = scaled_csr(self.outer, row, None), scaled_csr(self.inner, None, col)
+        minus = None if self.minus is None else scaled_csr(self.minus, row, col)
+        return SparseChain(outer, inner, minus)
+
+    def addmm(self, input: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
+              out: Tensor | None = None) -> Tensor:
+        """``beta * input + alpha * (self @ x)``, written into ``out`` when given (which may be
+        ``input``, never ``x``)."""
+        inner = x if self.inner is None else self.inner @ x
+        if out is None:
+            y = torch.addmm(input, self.outer, inner, beta=beta, alpha=alpha)
+        elif out is input and beta == 1.0:  # accumulate in place (no copy of input)
+            y = out.addmm_(self.outer, inner, alpha=alpha)
+        else:
+            y = torch.addmm(input, self.outer, inner, beta=beta, alpha=alpha, out=out)
+        if self.minus is not None:
+            y.addmm_(self.minus, x, alpha=-alpha)
+        return y
+
+    def matmul(self, x: Tensor) -> Tensor:
+        y = self.outer @ (x if self.inner is None else self.inner @ x)
+        if self.minus is not None:
+            y.addmm_(self.minus, x, alpha=-1.0)
+        return y
+
+    __matmul__ = matmul
+
+    def to_dense(self) -> Tensor:
+        """The ``[m, n]`` matrix (tests only)."""
+        eye = torch.eye(self.shape[1], dtype=self.outer.dtype, device=self.outer.device)
+        return self.matmul(eye)
+
+
+def factored_incidence(pairs: Tensor, relation: Tensor, num_rows: int, num_columns: int, dtype: torch.dtype):
+    """The factors of ``B = bin(R (I + N))`` as CSR matrices and ``B``'s exact integer row and
+    column counts.
+
+    Args:
+        pairs: int64 ``[2, nnz]`` pairs of ``R`` sorted by row then column, unique.
+        relation: int64 ``[2, n]`` pairs of ``N`` (any order, repeats allowed).
+        num_rows, num_columns: ``R``'s shape ``[H, C]``.
+        dtype: the factors' value dtype.
+
+    Returns:
+        ``(b, bt, row_count, col_count)``: :class:`SparseChain` ``B [H, C]`` and ``B^T [C, H]``,
+        int64 ``[H]`` entries per row and ``[C]`` per column of ``B``.
+    """
+    dev = pairs.device
+    closed = closed_relation_pairs(relation, num_columns)  # I + N
+    extra, excess = excess_pairs(pairs, closed, num_rows, num_columns)
+    ones = lambda n: torch.ones(n, dtype=dtype, device=dev)  # noqa: E731
+    r = csr_from_sorted_pairs(pairs, num_rows, num_columns, ones(pairs.shape[1]))
+    n = csr_from_sorted_pairs(closed, num_columns, num_columns, ones(closed.shape[1]))
+    k = csr_from_sorted_pairs(extra, num_rows, num_columns, excess.to(dtype))
+    rt = _transposed(pairs, num_rows, num_columns, None, dtype)
+    nt = _transposed(closed, num_columns, num_columns, None, dtype)
+    kt = _transposed(extra, num_rows, num_columns, excess, dtype)
+    # exact counts: reach of each column of R through I + N, minus the excess
+    reach = torch.bincount(closed[0], minlength=num_columns)  # [C] |row c of I + N|
+    row_count = torch.zeros(num_rows, dtype=torch.int64, device=dev).index_add_(0, pairs[0], reach[pairs[1]])
+    row_count.index_add_(0, extra[0], -excess)
+    per_col = torch.bincount(pairs[1], minlength=num_columns)  # [C] rows of R per column
+    col_count = torch.zeros(num_columns, dtype=torch.int64, device=dev).index_add_(0, closed[1], per_col[closed[0]])
+    col_count.index_add_(0, extra[1], -excess)
+    return SparseChain(r, n, k), SparseChain(nt, rt, kt), row_count, col_count
+
+
+def _transposed(pairs: Tensor, num_rows: int, num_columns: int, values: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """CSR of the transpose ``[num_columns, num_rows]`` of row-sorted unique pairs: ones when
+    ``values`` is None (sorted as key values, no permutation), else ``values`` permuted."""
+    key = pairs[1] * num_rows + pairs[0]
+    if values is None:
+        key = sort_keys(key, inplace=True)
+        values = torch.ones(key.numel(), dtype=dtype, device=key.device)
+    else:
+        key, order = torch.sort(key)
+        values = values.to(dtype).index_select(0, order)
+    return csr_from_sorted_pairs(torch.stack([key // num_rows, key % num_rows]), num_columns, num_rows, values)
+
+
+def _gather_rows(m: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """``(position, column)`` int64 of every entry of CSR rows ``rows`` (``-1``: none), in row
+    order; reads ``m``'s index arrays as they are (int32 or int64), converting only what it gathers."""
+    crow, cols = m.crow_indices(), m.col_indices()
+    safe = rows.clamp_min(0)
+    start = crow.index_select(0, safe).long()
+    count = torch.where(rows >= 0, crow.index_select(0, safe + 1).long() - start, 0)
+    total = int(count.sum())
+    position = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count, output_size=total)
+    offset = torch.arange(total, device=rows.device) - (torch.cumsum(count, 0) - count).index_select(0, position)
+    return position, cols.index_select(0, start.index_select(0, position) + offset).long()
+
+
+def expanded_rows(b: SparseChain, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """The entries of rows ``rows`` of ``B`` (``-1`` rows are empty).
+
+    Returns:
+        ``(count [n] int64, column [sum(count)] int64)``: columns grouped by position in ``rows``
+        (sorted within a row for a factored ``B``, in CSR order otherwise).
+    """
+    position, col = _gather_rows(b.outer, rows)
+    if b.inner is not None:  # through I + N, then each row's distinct columns
+        via, col = _gather_rows(b.inner, col)
+        width = int(b.shape[1])
+        keys = unique_keys(position.index_select(0, via).mul_(width).add_(col), inplace=True)
+        position, col = keys // width, keys % width
+    return torch.bincount(position, minlength=rows.numel()), col
+
+
+__all__ = ["SparseChain", "closed_relation_pairs", "excess_pairs", "expanded_rows", "factored_incidence",
+           "row_pairs", "scaled_csr"]
