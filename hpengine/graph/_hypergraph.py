@@ -17,6 +17,13 @@ from hpengine.sparse import (
 )
 
 
+#: a graph given with synonyms keeps them as factors when the factors' entries are at most this
+#: share of the expanded incidence's (benchmarks/README.md, "The expanded incidence as factors":
+#: PPR 1.2x and the walk 1.6x faster at 0.38 on the 100k scaling index, 15-65% slower at 0.97 on
+#: the 2WikiMultiHopQA index)
+FACTORED_MAX_RATIO = 0.6
+
+
 def _check_index(name: str, t: Tensor, ndim: int) -> None:
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (got {type(t).__name__})")
@@ -54,9 +61,10 @@ class HyperGraph:
     """
 
     def __init__(self, fact_entity: Tensor, fact_passage: Tensor, num_entities: int, num_passages: int,
-                 synonyms: Tensor | None = None):
+                 synonyms: Tensor | None = None, factored: bool | None = None):
         self.raw_fact_entity = fact_entity
         self.synonyms = synonyms
+        self.keep_factored = factored
         self.fact_passage = fact_passage
         self.num_facts = int(fact_passage.numel())
         self.num_entities = int(num_entities)
@@ -65,7 +73,8 @@ class HyperGraph:
 
     @classmethod
     def from_incidence(cls, fact_entity: Tensor, fact_passage: Tensor, num_entities: int,
-                       num_passages: int, *, coalesced: bool = False, synonyms: Tensor | None = None) -> "HyperGraph":
+                       num_passages: int, *, coalesced: bool = False, synonyms: Tensor | None = None,
+                       factored: bool | None = None) -> "HyperGraph":
         """Build a graph from (fact, entity) pairs and the fact -> passage map.
 
         Args:
@@ -80,7 +89,10 @@ class HyperGraph:
                 temporaries). Ids are range-checked either way; :meth:`validate` checks the order.
             synonyms: optional int64 ``[2, n]`` (entity, synonym) pairs: the graph's incidence is
                 then ``fact_entity`` with every synonym of a fact's entities added (what
-                :func:`~hpengine.graph.expand_with_synonyms` materialises), kept factored.
+                :func:`~hpengine.graph.expand_with_synonyms` materialises), built from factors.
+            factored: with ``synonyms``, whether the transition operator keeps the factors (True),
+                materialises the expansion from them (False) or decides by size (None; see
+                :class:`~hpengine.sparse.TransitionOperator`).
 
         Returns:
             A :class:`HyperGraph` on the inputs' device.
@@ -118,11 +130,12 @@ class HyperGraph:
                 raise ValueError(f"synonym entity ids must lie in [0, {num_entities}) "
                                  f"(got range [{int(synonyms.min())}, {int(synonyms.max())}])")
         pairs = fact_entity if coalesced else coalesce_pairs(fact_entity, num_facts, max(num_entities, 1))
-        return cls(pairs, fact_passage.contiguous(), num_entities, num_passages, synonyms=synonyms)
+        return cls(pairs, fact_passage.contiguous(), num_entities, num_passages, synonyms=synonyms, factored=factored)
 
     @property
     def factored(self) -> bool:
-        """Whether the incidence is kept as the extracted pairs and the synonym pairs."""
+        """Whether the incidence is given as the extracted pairs and the synonym pairs (its
+        transition operator then keeps factors or materialises them: ``transition().factored``)."""
         return self.synonyms is not None
 
     @property
@@ -156,7 +169,8 @@ class HyperGraph:
         if device == self.device:
             return self
         return HyperGraph(self.raw_fact_entity.to(device), self.fact_passage.to(device), self.num_entities,
-                          self.num_passages, synonyms=None if self.synonyms is None else self.synonyms.to(device))
+                          self.num_passages, synonyms=None if self.synonyms is None else self.synonyms.to(device),
+                          factored=self.keep_factored)
 
     def entity_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """``d_e [V]``: facts per entity."""
@@ -180,7 +194,7 @@ class HyperGraph:
         out = torch.zeros(v, dtype=torch.int64, device=self.device)
         if not v or not self.nnz:
             return out
-        if self.factored:
+        if self.transition().factored:
             return self._entity_passage_count_factored(chunk)
         bt = self.transition().bt.outer  # rows [0, V) are the entities, their facts in order
         crow = bt.crow_indices()[: v + 1].long()
@@ -262,10 +276,34 @@ class HyperGraph:
         """
         key = ("transition", dtype)
         if key not in self._cache:
-            pairs = augmented_incidence(self.raw_fact_entity, self.fact_passage, self.num_entities)
-            self._cache[key] = TransitionOperator(pairs, self.num_facts, self.num_entities + self.num_passages, dtype,
-                                                  relation=self.synonyms)  # synonyms: entity ids are column ids
+            columns = self.num_entities + self.num_passages
+            if self.synonyms is not None and self.keeps_factors:
+                pairs = augmented_incidence(self.raw_fact_entity, self.fact_passage, self.num_entities)
+                op = TransitionOperator(pairs, self.num_facts, columns, dtype, relation=self.synonyms)  # entity ids
+            else:  # are column ids
+                pairs = augmented_incidence(self.fact_entity, self.fact_passage, self.num_entities)
+                op = TransitionOperator(pairs, self.num_facts, columns, dtype)
+            self._cache[key] = op
         return self._cache[key]
+
+    @property
+    def keeps_factors(self) -> bool:
+        """Whether :meth:`transition` keeps the synonym expansion as factors: as asked
+        (``factored``), else when the factors' entries are at most ``FACTORED_MAX_RATIO`` of the
+        expanded incidence's. Both counts are estimated from the pairs alone (the expansion's as if
+        no column were reached twice, which overcounts by about 1.5%)."""
+        if self.synonyms is None:
+            return False
+        if self.keep_factored is not None:
+            return bool(self.keep_factored)
+        v = max(self.num_entities, 1)
+        syn = unique_keys(self.synonyms[0] * v + self.synonyms[1])
+        syn = syn[syn // v != syn % v]  # self pairs add nothing to I + N
+        reach = 1 + torch.bincount(syn // v, minlength=self.num_entities)  # [V] |row e of I + N|
+        raw = self.raw_fact_entity
+        expanded = int(reach.index_select(0, raw[1]).sum()) + self.num_facts  # + one passage column per fact
+        factors = int(raw.shape[1]) + self.num_facts + self.num_entities + self.num_passages + int(syn.numel())
+        return factors <= FACTORED_MAX_RATIO * expanded
 
     def validate(self) -> "HyperGraph":
         """O(nnz) invariants: sorted unique pairs, ids in range. Raises ``ValueError``."""

@@ -19,6 +19,7 @@ class GraphModule(IndexModule):
             raise TypeError(f"graph must be a hpengine.HyperGraph (got {type(graph).__name__})")
         self._add_tensor("fact_entity", graph.raw_fact_entity)  # a factored graph stays factored
         self._add_tensor("synonyms", graph.synonyms)
+        self.keep_factored = graph.keep_factored
         self._add_tensor("fact_passage", graph.fact_passage)
         self.num_facts, self.num_entities, self.num_passages = graph.num_facts, graph.num_entities, graph.num_passages
         self._cache["graph"] = graph  # already built (its CSR caches too): reuse it on its device
@@ -26,7 +27,8 @@ class GraphModule(IndexModule):
     @property
     def graph(self) -> HyperGraph:
         return self._cached("graph", lambda: HyperGraph(self.fact_entity, self.fact_passage, self.num_entities,
-                                                         self.num_passages, synonyms=self.synonyms))
+                                                         self.num_passages, synonyms=self.synonyms,
+                                                         factored=self.keep_factored))
 
     def _cached_for(self, key: str, tensor: Tensor, build):
         """``build()`` cached while ``tensor`` is the same unmodified storage (an optimizer step

@@ -130,7 +130,9 @@ def _solve(up: SparseChain, down: SparseChain, rhs: Tensor, num_columns: int, *,
         method = "power"
     rhs_a, rhs_f = rhs[:num_columns], rhs[num_columns:]
     # b = (1 - d) (rhs_a + d up rhs_f); the iterate starts at b
-    x = up.addmm(rhs_a, rhs_f, beta=1.0 - d, alpha=d * (1.0 - d))
+    # a factored B's inner products (up's and down's, one at a time): [C, w]
+    work = torch.empty(max(up.work_rows(), down.work_rows()) * rhs.shape[1], dtype=rhs.dtype, device=rhs.device)
+    x = up.addmm(rhs_a, rhs_f, beta=1.0 - d, alpha=d * (1.0 - d), work=work)
     rhs_f = rhs_f.contiguous()
     num_facts = rhs_f.shape[0]
     cols = torch.arange(rhs.shape[1], device=rhs.device)
@@ -138,13 +140,13 @@ def _solve(up: SparseChain, down: SparseChain, rhs: Tensor, num_columns: int, *,
 
     def apply_down(block: Tensor) -> Tensor:  # down @ block into the [H, w] work buffer
         tmp = tmp_flat[: num_facts * block.shape[1]].view(num_facts, block.shape[1])
-        return down.addmm(tmp, block, beta=0.0, out=tmp)
+        return down.addmm(tmp, block, beta=0.0, out=tmp, work=work)
 
     if method == "chebyshev":
         theta, delta = 1.0 - d2 / 2.0, d2 / 2.0  # centre and half-width of [1 - d^2, 1]
         sigma = theta / delta
         rho = 1.0 / sigma
-        r = up.addmm(x, apply_down(x), beta=0.0, alpha=d2)  # r0 = b - A b = d^2 up down b
+        r = up.addmm(x, apply_down(x), beta=0.0, alpha=d2, work=work)  # r0 = b - A b = d^2 up down b
         state = [x, r, r / theta, rhs_f]  # iterate, residual, step, fact rhs
     else:
         state = [x, x.clone(), rhs_f, torch.empty_like(x)]  # iterate, b, fact rhs, next iterate
@@ -161,7 +163,7 @@ def _solve(up: SparseChain, down: SparseChain, rhs: Tensor, num_columns: int, *,
             x.add_(step)
         else:
             x, b, x_next = state[0], state[1], state[3]
-            up.addmm(b, apply_down(x), alpha=d2, out=x_next)  # b + d^2 up down x
+            up.addmm(b, apply_down(x), alpha=d2, out=x_next, work=work)  # b + d^2 up down x
             change = torch.linalg.vector_norm(x.sub_(x_next), ord=1, dim=0)  # [w]
             state[0], state[3] = x_next, x
             x = x_next
@@ -172,7 +174,8 @@ def _solve(up: SparseChain, down: SparseChain, rhs: Tensor, num_columns: int, *,
         if bool(done.any()):
             idx = done.nonzero().squeeze(1)
             x_done = x[:, idx]
-            f_done = down.addmm(state[2 if method == "power" else 3][:, idx], x_done, beta=1.0 - d, alpha=d)
+            f_done = down.addmm(state[2 if method == "power" else 3][:, idx], x_done, beta=1.0 - d, alpha=d,
+                                work=work)
             emit(cols[idx], torch.cat([x_done, f_done]))
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
@@ -182,7 +185,7 @@ def _solve(up: SparseChain, down: SparseChain, rhs: Tensor, num_columns: int, *,
         if method == "chebyshev":
             step = state[2]
             residual = state[1].sub_(step)  # r -= A step, A = I - d^2 up down
-            up.addmm(residual, apply_down(step), alpha=d2, out=residual)
+            up.addmm(residual, apply_down(step), alpha=d2, out=residual, work=work)
     return iterations
 
 

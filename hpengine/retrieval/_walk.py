@@ -149,15 +149,16 @@ def walk_visits(op: TransitionOperator, restart_ids: Tensor, restart_mass: Tenso
         return visits
     x_next = buffer("x_next", num_facts)
     y = buffer("y", op.num_columns)
+    work = buffer("work", max(bt_scaled.work_rows(), op.b.work_rows())).view(-1)  # a factored B's inner products
     scaled_restart = mass * restart
     minus_diag = (diag_scaled * -(1.0 - restart)).unsqueeze(1)  # [H, 1]
     # The in-place/addmm forms below are ~2.5x faster on CPU than torch.mm(..., out=) with a
     # sparse CSR operand, which zero-fills the output and takes a slower kernel (bench_hop).
     for _ in range(walk_steps):  # steps, never questions
-        bt_scaled.addmm(y, x, beta=0.0, alpha=1.0 - restart, out=y)  # [C, Q] (1 - c) D^-1 B^T r^-1 x
+        bt_scaled.addmm(y, x, beta=0.0, alpha=1.0 - restart, out=y, work=work)  # [C, Q] (1 - c) D^-1 B^T r^-1 x
         torch.mul(x, minus_diag, out=x_next)  # the diagonal of W_s, removed
         x_next.view(-1).index_add_(0, flat, scaled_restart)  # + c r0
-        op.b.addmm(x_next, y, out=x_next)  # + (1 - c) B D^-1 B^T r^-1 x
+        op.b.addmm(x_next, y, out=x_next, work=work)  # + (1 - c) B D^-1 B^T r^-1 x
         visits.add_(x_next)
         x, x_next = x_next, x
     return visits

@@ -144,10 +144,14 @@ class SparseChain:
         return SparseChain(outer, inner, minus)
 
     def addmm(self, input: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
-              out: Tensor | None = None) -> Tensor:
+              out: Tensor | None = None, work: Tensor | None = None) -> Tensor:
         """``beta * input + alpha * (self @ x)``, written into ``out`` when given (which may be
-        ``input``, never ``x``)."""
-        inner = x if self.inner is None else self.inner @ x
+        ``input``, never ``x``).
+
+        ``work``: an optional flat buffer of at least ``inner.shape[0] * x.shape[1]`` elements
+        for ``inner @ x`` (a hot loop passes one: a fresh ``[C, w]`` block per product costs
+        its first touch, more than the product itself on large graphs)."""
+        inner = x if self.inner is None else self._inner_times(x, work)
         if out is None:
             y = torch.addmm(input, self.outer, inner, beta=beta, alpha=alpha)
         elif out is input and beta == 1.0:  # accumulate in place (no copy of input)
@@ -157,6 +161,17 @@ class SparseChain:
         if self.minus is not None:
             y.addmm_(self.minus, x, alpha=-alpha)
         return y
+
+    def _inner_times(self, x: Tensor, work: Tensor | None) -> Tensor:
+        rows = int(self.inner.shape[0])
+        if work is None:
+            return self.inner @ x
+        t = work[: rows * x.shape[1]].view(rows, x.shape[1])
+        return torch.addmm(t, self.inner, x, beta=0.0, out=t)
+
+    def work_rows(self) -> int:
+        """Rows of the ``work`` block :meth:`addmm` needs per column of ``x`` (0 for one matrix)."""
+        return 0 if self.inner is None else int(self.inner.shape[0])
 
     def matmul(self, x: Tensor) -> Tensor:
         y = self.outer @ (x if self.inner is None else self.inner @ x)

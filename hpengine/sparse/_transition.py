@@ -84,7 +84,7 @@ class TransitionOperator:
         self.dtype = dtype
         self.transposed = False
         if relation is not None:
-            self._init_factored(pairs, relation)
+            self._init_factored(*factored_incidence(pairs, relation, num_facts, num_columns, dtype))
             return
         self.nnz = int(pairs.shape[1])  # the pairs themselves are not kept: the CSR pair holds them
         ones = torch.ones(pairs.shape[1], dtype=dtype, device=pairs.device)  # shared by B and B^T
@@ -104,11 +104,10 @@ class TransitionOperator:
         self.b = SparseChain(b)
         self.bt = SparseChain(_transpose_csr(pairs, num_facts, num_columns, ones))  # [C, H]
 
-    def _init_factored(self, pairs: Tensor, relation: Tensor) -> None:
+    def _init_factored(self, b, bt, row_count: Tensor, col_count: Tensor) -> None:
         """Degrees, diagonal and row sums of ``bin(B (I + N))`` from its factors: exact integer
-        counts, and two products with ``B`` for the sums over each row."""
-        self.b, self.bt, row_count, col_count = factored_incidence(pairs, relation, self.num_facts, self.num_columns,
-                                                                   self.dtype)
+        counts, and one product with ``B`` for the sums over each row."""
+        self.b, self.bt = b, bt
         self.nnz = int(row_count.sum())
         self.fact_degree = row_count.to(self.dtype)
         degree = self.column_degree = col_count.to(self.dtype)

@@ -22,7 +22,7 @@ def pair_of_graphs(seed: int, device="cpu", *, num_facts=40, num_entities=15, sy
     raw = HyperGraph.from_incidence(fe, fp, v, p).raw_fact_entity
     expanded = expand_with_synonyms(raw, syn, fp.numel(), v)
     return (HyperGraph.from_incidence(expanded, fp, v, p, coalesced=True),
-            HyperGraph.from_incidence(fe, fp, v, p, synonyms=syn))
+            HyperGraph.from_incidence(fe, fp, v, p, synonyms=syn, factored=True))
 
 
 @pytest.mark.parametrize("one_sided", [False, True])
@@ -128,3 +128,36 @@ def test_nn_ppr_module_keeps_a_factored_graph():
     a, b = DifferentiablePPR(mat, emb, 3), DifferentiablePPR(fac, emb, 3)
     assert b.synonyms is not None and b.graph.factored
     torch.testing.assert_close(b(q), a(q))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_by_size_the_operator_keeps_factors_only_when_they_are_smaller(seed):
+    """``factored=None``: the factors when their entries are at most FACTORED_MAX_RATIO of the
+    expansion's, else the expansion materialised from them; the operator is the same either way."""
+    from hpengine.graph._hypergraph import FACTORED_MAX_RATIO
+
+    mat, fac = pair_of_graphs(seed, synonyms=4)
+    auto = HyperGraph.from_incidence(fac.raw_fact_entity, fac.fact_passage, fac.num_entities, fac.num_passages,
+                                     synonyms=fac.synonyms)
+    forced = HyperGraph.from_incidence(fac.raw_fact_entity, fac.fact_passage, fac.num_entities, fac.num_passages,
+                                       synonyms=fac.synonyms, factored=False)
+    b = fac.transition().b
+    entries = b.outer._nnz() + b.inner._nnz()  # the estimate leaves out the excess, and counts it in B
+    ratio = entries / (fac.transition().nnz + int(b.minus.values().sum()))
+    assert auto.transition().factored == (ratio <= FACTORED_MAX_RATIO) and not forced.transition().factored
+    for g in (auto, forced):
+        torch.testing.assert_close(g.transition(torch.float64).to_dense(), mat.transition(torch.float64).to_dense())
+        assert g.nnz == mat.nnz and torch.equal(g.entity_passage_count(), mat.entity_passage_count())
+        assert torch.equal(g.entity_degree(), mat.entity_degree())
+
+
+def test_a_hub_with_many_synonyms_keeps_the_factors():
+    """Facts on a name with many synonyms: the expansion is much larger than its factors."""
+    h, v = 200, 60
+    facts = torch.arange(h)
+    fe = torch.stack([facts, facts % 3])  # every fact names one of three hubs
+    syn = torch.stack([torch.zeros(v - 3, dtype=torch.int64), torch.arange(3, v)])  # hub 0 ~ 57 names
+    from hpengine.graph import symmetrize_pairs
+
+    g = HyperGraph.from_incidence(fe, facts // 4, v, h // 4, synonyms=symmetrize_pairs(syn))
+    assert g.transition().factored
