@@ -1,13 +1,20 @@
-"""The synonym-expanded incidence kept as factors (what ``Index.graph`` builds) against the
-materialised expansion, on the real dev sets: each graph method's R@2 / R@5, how many questions
-rank the same top 5 passages, q/s, and the structure step's seconds, side by side in one process.
+"""The synonym-expanded incidence kept as factors (what ``Index.graph`` builds where they are
+small against the expansion; forced here) against the materialised expansion, on the real dev
+sets: each graph method's R@2 / R@5, how many questions rank their gold passages exactly as the
+other graph does, q/s, and the structure step's seconds, side by side in one process.
 
     python benchmarks/e2e/bench_factored.py --index-root /work/idx --index-suffix _e5 \
         --datasets 2wikimultihopqa musique hotpotqa --threads 2 --label factored_dev_e5
 
 An index per dataset at ``INDEX_ROOT/NAME<suffix>``; its dev questions at ``DATA/NAME/dev.json``
-(``--data-dir``, default ../shared/data). The two graphs differ only in floating-point summation
-order (``B X`` against ``R ((I + N) X) - K X``), so the rankings may differ only where two
+(``--data-dir``, default ../shared/data). ``--op-indexes`` instead times the batched PPR op and a
+3-step walk on random seeds, both graphs, on the given indexes (any size; the 100k scaling index
+shows where the factors pay):
+
+    python benchmarks/e2e/bench_factored.py --index-root - --op-indexes /work/idx/2wikimultihopqa \
+        /work/scale/index_100000 --threads 1 --label factored_ops_t1
+
+The two graphs differ only in floating-point summation order (``B X`` against ``R ((I + N) X) - K X``), so the rankings may differ only where two
 passages' scores tie to rounding.
 """
 from __future__ import annotations
@@ -20,7 +27,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import add_dev_set_args, run_dev_sets  # noqa: E402
+from _harness import add_dev_set_args, result_path, run_dev_sets, write_json  # noqa: E402
 
 #: questions each engine answers untimed first (encoder and retriever warm-up)
 WARMUP = 8
@@ -99,10 +106,57 @@ def table(reports: dict) -> str:
     return "\n".join(lines)
 
 
+def op_row(path: str, questions: int, repeat: int) -> dict:
+    """Seconds of the batched PPR op and of a 3-step walk on the index at ``path``, materialised
+    and factored, on the same random seeds (best of ``repeat``), and both graphs' entries."""
+    import torch
+
+    from hpengine.graph import Index
+    from hpengine.retrieval import personalized_pagerank, walk_visits
+
+    index = Index.load(path)
+    v, h, p = index.num_entities, index.num_facts, index.num_passages
+    gen = torch.Generator().manual_seed(0)
+    seeds = torch.randint(0, v, (questions, 5), generator=gen), torch.rand(questions, 5, generator=gen)
+    walk = torch.randint(0, h, (questions, 8), generator=gen), torch.rand(questions, 8, generator=gen)
+    row = {"index": path, "questions": questions}
+    for name, (graph, seconds) in graphs(index).items():
+        op = graph.transition()
+        b = op.b
+        entries = sum(m._nnz() for m in (b.outer, b.inner, b.minus) if m is not None)
+        ppr = lambda: personalized_pagerank(graph, seeds, nodes=slice(v + h, v + h + p))  # noqa: E731
+        steps = lambda: walk_visits(op, *walk, walk_steps=3, restart=0.3)  # noqa: E731
+        ppr(), steps()  # warm-up
+        row[name] = {"entries": entries, "structure_s": round(seconds, 3),
+                     "ppr_s": round(min(_timed(ppr) for _ in range(repeat)), 3),
+                     "walk_s": round(min(_timed(steps) for _ in range(repeat)), 3)}
+        print(f"{path}: {name} {row[name]}", flush=True)
+    return row
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dev_set_args(ap, methods=["hyperprove", "ppr"])
-    return run_dev_sets(ap.parse_args(argv), run_dataset, table)
+    ap.add_argument("--op-indexes", nargs="+", default=[],
+                    help="instead of the dev sets: time the PPR op and the walk on these indexes, both graphs")
+    ap.add_argument("--op-questions", type=int, default=256)
+    args = ap.parse_args(argv)
+    if args.op_indexes:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        rows = [op_row(path, args.op_questions, 3) for path in args.op_indexes]
+        if args.label:
+            print(f"saved {write_json({'args': vars(args), 'ops': rows}, result_path(args.label))}")
+        return 0
+    return run_dev_sets(args, run_dataset, table)
 
 
 if __name__ == "__main__":

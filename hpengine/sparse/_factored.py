@@ -58,12 +58,35 @@ def row_pairs(pairs: Tensor, num_rows: int) -> Tensor:
     return torch.stack([rows[left], cols[left], cols[right]])
 
 
+#: 63-bit words per neighbourhood signature (63 W bits: fewer pairs pass by chance when rows are long)
+SIGNATURE_WORDS = 4
+
+
+def neighbour_signatures(closed: Tensor, num_columns: int, words: int = SIGNATURE_WORDS) -> Tensor:
+    """int64 ``[C, words]``: for each row of ``I + N``, the OR of one bit (of ``63 * words``, by a
+    hash) per column in it. Two rows that share a column have a common bit, so an all-zero AND
+    rules a pair out without reading either row.
+
+    Shapes:
+        closed int64 ``[2, n]`` -> ``[C, words]``.
+    """
+    width = 63 * words  # the sign bit of each word stays clear
+    bit = torch.remainder(closed[1] * 2654435761, width)  # [n]
+    keys = unique_keys(closed[0] * width + bit, inplace=True)  # each (row, bit) once: a sum is then an OR
+    bit = keys % width
+    flat = torch.zeros(num_columns * words, dtype=torch.int64, device=closed.device)
+    flat.index_add_(0, keys // width * words + bit // 63, torch.bitwise_left_shift(torch.ones_like(keys), bit % 63))
+    return flat.view(num_columns, words)
+
+
 def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int) -> tuple[Tensor, Tensor]:
     """``K = R (I + N) - bin(R (I + N))``: the (row, column) entries reached more than once, and by
     how much.
 
     Only entries whose column takes part in the relation (has a related column, or is one) can
-    share a reached column with another entry of their row, so only their pairs are probed.
+    share a reached column with another entry of their row, and only pairs whose rows of ``I + N``
+    share a signature bit (:func:`neighbour_signatures`) can share a column, so only those pairs
+    are probed.
 
     Args:
         pairs: int64 ``[2, nnz]`` pairs of ``R``, sorted by row then column, unique.
@@ -84,6 +107,9 @@ def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int)
     involved = (length > 1) | (torch.bincount(closed[1], minlength=num_columns) > 1)
     kept = pairs[:, involved[pairs[1]]]
     together = row_pairs(kept, num_rows)  # [3, m] (row, a, b): two involved columns of one row
+    if together.shape[1]:  # a pair whose rows share a column shares that column's signature bit
+        sig = neighbour_signatures(closed, num_columns)
+        together = together[:, (sig.index_select(0, together[1]) & sig.index_select(0, together[2])).ne(0).any(1)]
     if not together.shape[1]:
         return empty
     row, a, b = together
@@ -264,4 +290,4 @@ def expanded_rows(b: SparseChain, rows: Tensor) -> tuple[Tensor, Tensor]:
 
 
 __all__ = ["SparseChain", "closed_relation_pairs", "excess_pairs", "expanded_rows", "factored_incidence",
-           "row_pairs", "scaled_csr"]
+           "neighbour_signatures", "row_pairs", "scaled_csr"]

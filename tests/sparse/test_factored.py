@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hpengine.sparse import SparseChain, expanded_rows, factored_incidence, row_pairs
-from hpengine.sparse._factored import closed_relation_pairs, excess_pairs
+from hpengine.sparse._factored import closed_relation_pairs, excess_pairs, neighbour_signatures
 from hpengine.testing import with_devices
 
 
@@ -104,3 +104,26 @@ def test_no_relation_is_the_plain_incidence():
     b, bt, rc, cc = factored_incidence(pairs, torch.zeros(2, 0, dtype=torch.int64), 2, 3, torch.float32)
     assert b.minus._nnz() == 0 and torch.equal(b.to_dense(), torch.tensor([[1.0, 0, 1], [0, 1, 0]]))
     assert rc.tolist() == [2, 1] and cc.tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_signatures_are_the_or_of_each_rows_bits_and_never_miss_a_shared_column(seed):
+    c = 300
+    relation = torch.randint(0, c, (2, 900), generator=torch.Generator().manual_seed(seed))
+    closed = closed_relation_pairs(relation, c)
+    sig = neighbour_signatures(closed, c)
+    rows = [set() for _ in range(c)]
+    for r, x in closed.t().tolist():
+        rows[r].add(x)
+    words = sig.shape[1]
+    for r in range(c):
+        want = [0] * words
+        for x in rows[r]:
+            bit = (x * 2654435761) % (63 * words)
+            want[bit // 63] |= 1 << (bit % 63)
+        assert sig[r].tolist() == want
+    a, b = torch.randint(0, c, (2, 2000), generator=torch.Generator().manual_seed(100 + seed))
+    share = torch.tensor([bool(rows[i] & rows[j]) for i, j in zip(a.tolist(), b.tolist())])
+    passes = (sig[a] & sig[b]).ne(0).any(1)
+    assert not (share & ~passes).any()  # sharing a column means sharing its bit
+    assert int(passes.sum()) < a.numel()  # and most pairs that share nothing are ruled out
