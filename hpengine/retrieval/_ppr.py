@@ -78,15 +78,17 @@ def _node_rows(nodes: Tensor, num_entities: int, num_facts: int, num_columns: in
     return torch.where(is_fact, nodes - num_entities + num_columns, torch.where(is_passage, nodes - num_facts, nodes))
 
 
-def ppr_bytes_per_question(*, num_nodes: int, num_columns: int, num_out: int, value_bytes: int = 4) -> int:
+def ppr_bytes_per_question(*, num_nodes: int, num_columns: int, num_out: int, value_bytes: int = 4,
+                           work_rows: int = 0) -> int:
     """Bytes one question of a :func:`personalized_pagerank` chunk holds (:func:`ppr_chunk_size`'s
-    formula): ``b * (N + 4 C + H + num_out)``."""
-    return value_bytes * (num_nodes + 4 * num_columns + (num_nodes - num_columns) + num_out)
+    formula): ``b * (N + 4 C + H + num_out + work_rows)``, ``work_rows`` the rows of a factored
+    incidence's inner products (:meth:`~hpengine.sparse.SparseChain.work_rows`; 0 for one matrix)."""
+    return value_bytes * (num_nodes + 4 * num_columns + (num_nodes - num_columns) + num_out + work_rows)
 
 
 def ppr_chunk_size(num_questions: int, *, num_nodes: int, num_columns: int, num_out: int,
                    memory_budget_mb: int, chunk_size: int = 0, value_bytes: int = 4,
-                   device_type: str = "cpu") -> int:
+                   device_type: str = "cpu", work_rows: int = 0) -> int:
     """Questions per chunk of :func:`personalized_pagerank` from a memory budget.
 
     A chunk of ``Qc`` questions holds, per question, the personalization block and the fact
@@ -95,7 +97,8 @@ def ppr_chunk_size(num_questions: int, *, num_nodes: int, num_columns: int, num_
 
         per question = b * (N + 4 C + H + num_out)        (b = 4 for float32)
 
-    so ``Qc = floor(budget / per question)``, at least 1, at most ``num_questions``, and on CPU at
+    plus ``work_rows`` values for a factored incidence's inner products (``C``; see
+    :func:`ppr_bytes_per_question`). So ``Qc = floor(budget / per question)``, at least 1, at most ``num_questions``, and on CPU at
     most ``CPU_CHUNK`` (cache; see the constant). ``chunk_size > 0`` overrides all of this. The
     graph, its scaled CSR copies and the ``[Q, num_out]`` output come on top.
 
@@ -107,7 +110,7 @@ def ppr_chunk_size(num_questions: int, *, num_nodes: int, num_columns: int, num_
     if chunk_size > 0:
         return max(1, min(chunk_size, max(num_questions, 1)))
     per_question = ppr_bytes_per_question(num_nodes=num_nodes, num_columns=num_columns, num_out=num_out,
-                                          value_bytes=value_bytes)
+                                          value_bytes=value_bytes, work_rows=work_rows)
     chunk = int(memory_budget_mb) * 2**20 // max(per_question, 1)
     if device_type == "cpu":
         chunk = min(chunk, CPU_CHUNK)
@@ -464,7 +467,8 @@ def personalized_pagerank(graph, personalization, *, damping: float = 0.85, tol:
     perm = _node_rows(rows_out, v, h, v + p)  # [n] rows of the solver's layout
     chunk = ppr_chunk_size(num_q, num_nodes=num_nodes, num_columns=v + p, num_out=num_out,
                            memory_budget_mb=memory_budget_mb, chunk_size=chunk_size,
-                           value_bytes=torch.finfo(dtype).bits // 8, device_type=device.type)
+                           value_bytes=torch.finfo(dtype).bits // 8, device_type=device.type,
+                           work_rows=graph.transition(dtype).b.work_rows())
     plan = _Plan(graph, dtype, float(damping), float(tol), max_iter, method, perm, chunk, ids_rows)
     inv_sum_p = mass_sum.reciprocal()
     if torch.is_grad_enabled() and work.requires_grad:

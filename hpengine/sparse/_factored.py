@@ -12,8 +12,8 @@ column ``e``, which grows faster than the corpus where frequent names also gain 
 
 ``K`` is found from pairs of columns that share a row of ``R``: a column reached twice from row
 ``f`` is reached from two distinct columns of that row, so it lies in the intersection of their
-rows of ``I + N``. Each distinct pair is intersected once (probing the shorter row in the longer
-one) and its common columns are joined back to the rows that hold the pair.
+rows of ``I + N``. Pairs that cannot share a column (a column outside the relation, or rows with
+no common signature bit) are dropped; for the others the shorter row is probed in the longer one.
 """
 from __future__ import annotations
 

@@ -178,7 +178,8 @@ class PPRRetriever(Retriever):
         budget = resolve_memory_budget_mb(self.config.memory_budget_mb, idx.device, PPR_BUDGET_MB) << 20
         h, p, c = idx.num_facts, idx.num_passages, idx.num_entities + idx.num_passages
         walk = 4 * (h + 3 * p)  # mass of facts and passages, scores, fill
-        solver = ppr_bytes_per_question(num_nodes=c + h, num_columns=c, num_out=h + p)
+        solver = ppr_bytes_per_question(num_nodes=c + h, num_columns=c, num_out=h + p,
+                                        work_rows=idx.graph.transition().b.work_rows())
         return max(1, min(num_rows, budget // max(walk + solver, 1)))
 
     def ranked_walk(self, ids: Tensor, mass: Tensor, k_facts: int) -> tuple[Tensor, Tensor, Tensor]:
