@@ -233,6 +233,21 @@ def add_dev_set_args(parser: argparse.ArgumentParser, *, methods: list, encoder_
     parser.add_argument("--label", default="")
 
 
+def load_dev_set(name: str, args) -> tuple:
+    """``(index, encoder, questions)`` of data set ``name`` as :func:`add_dev_set_args`' options
+    say: the index at ``INDEX_ROOT/NAME<suffix>``, the encoder it was built with, its dev
+    questions (the first ``--max-questions`` when set)."""
+    from hpengine.config import EncoderConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph import Index
+    from hpengine.pipeline import encoder_for_index
+
+    index = Index.load(str(Path(args.index_root) / f"{name}{args.index_suffix}"))
+    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
+    return index, encoder, questions[: args.max_questions] if args.max_questions else questions
+
+
 def run_dev_sets(args, run_dataset: Callable, table: Callable) -> int:
     """``run_dataset(name, args)`` for every ``--datasets`` name; prints ``table(reports)`` and
     saves ``{"args", "datasets"}`` as ``--label``'s JSON."""

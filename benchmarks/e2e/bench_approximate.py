@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import add_dev_set_args, run_dev_sets  # noqa: E402
+from _harness import add_dev_set_args, load_dev_set, run_dev_sets  # noqa: E402
 
 
 
@@ -91,18 +91,12 @@ def approximate_synonyms(index):
 
 
 def run_dataset(name: str, args) -> dict:
-    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
-    from hpengine.eval import load_questions
-    from hpengine.graph import Index
+    from hpengine.config import EvalConfig, RetrievalConfig
     from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+    from hpengine.pipeline import Engine, get_retriever
 
-    exact_index = Index.load(str(Path(args.index_root) / f"{name}{args.index_suffix}"))
-    encoder = encoder_for_index(exact_index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
+    exact_index, encoder, questions = load_dev_set(name, args)
     index = exact_index
-    questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
-    if args.max_questions:
-        questions = questions[: args.max_questions]
     forced = dict(seed_backend="faiss_ivf")
     if args.nlist:
         forced["faiss_nlist"] = args.nlist

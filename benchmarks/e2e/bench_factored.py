@@ -14,8 +14,9 @@ shows where the factors pay):
     python benchmarks/e2e/bench_factored.py --index-root - --op-indexes /work/idx/2wikimultihopqa \
         /work/scale/index_100000 --threads 1 --label factored_ops_t1
 
-The two graphs differ only in floating-point summation order (``B X`` against ``R ((I + N) X) - K X``), so the rankings may differ only where two
-passages' scores tie to rounding.
+The two graphs differ only in floating-point summation order (``B X`` against
+``R ((I + N) X) - K X``), so the rankings may differ only where two passages' scores tie to
+rounding.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import add_dev_set_args, result_path, run_dev_sets, write_json  # noqa: E402
+from _harness import add_dev_set_args, load_dev_set, result_path, run_dev_sets, write_json  # noqa: E402
 
 #: questions each engine answers untimed first (encoder and retriever warm-up)
 WARMUP = 8
@@ -53,17 +54,11 @@ def graphs(index) -> dict:
 
 
 def run_dataset(name: str, args) -> dict:
-    from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
-    from hpengine.eval import load_questions
-    from hpengine.graph import Index
+    from hpengine.config import EvalConfig, RetrievalConfig
     from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+    from hpengine.pipeline import Engine, get_retriever
 
-    index = Index.load(str(Path(args.index_root) / f"{name}{args.index_suffix}"))
-    encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))
-    questions = load_questions(str(Path(args.data_dir) / name / "dev.json"))
-    if args.max_questions:
-        questions = questions[: args.max_questions]
+    index, encoder, questions = load_dev_set(name, args)
     built = graphs(index)
     op = built["factored"][0].transition()
     report = {"questions": len(questions), "nnz": op.nnz - index.num_facts,

@@ -1,0 +1,94 @@
+"""PPR that restarts partly at HyperProve's passages: does it find what neither finds alone?
+
+Issue 32's fusion needs near-oracle picks between the members' lists; this tries the other way, a
+member that changes what it finds. For each dev question, PPR's own personalization (linked
+entities, fact seeds, dense passages) gets ``beta`` more mass on HyperProve's top ``--top``
+passages (weight ``1 / (1 + rank)``, normalised per question), and the walk ranks passages as
+PPR does (dense fill). Prints R@2 / R@5 per ``beta`` beside both members'.
+
+    python benchmarks/analysis/ppr_from_hyperprove.py --index-root /work/idx --index-suffix _e5 \
+        --threads 2 --label ppr_from_hyperprove_e5
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
+from _harness import add_dev_set_args, load_dev_set, run_dev_sets  # noqa: E402
+
+BETAS = [0.0, 0.25, 0.5, 1.0, 2.0, 4.0]
+
+
+def recall(ranked: torch.Tensor, gold: list, k: int) -> float:
+    """Mean over questions of |top-k ∩ gold| / |gold| (questions without gold in the index skipped)."""
+    total, n = 0.0, 0
+    for row, g in zip(ranked.tolist(), gold):
+        if g:
+            total += len(set(row[:k]) & g) / len(g)
+            n += 1
+    return round(total / max(n, 1), 4)
+
+
+def run_dataset(name: str, args) -> dict:
+    from hpengine.config import HyperProveConfig, PPRConfig, RetrievalConfig
+    from hpengine.pipeline import Engine
+    from hpengine.retrieval import lead_then_fill
+
+    index, encoder, questions = load_dev_set(name, args)
+    ids_of = {(p.title, p.text): i for i, p in enumerate(index.passages)}
+    gold = [{ids_of[g] for g in q.gold_passages if g in ids_of} for q in questions]
+    texts = [q.question for q in questions]
+    hp = Engine(index, encoder, RetrievalConfig(), HyperProveConfig())
+    ppr = Engine(index, encoder, RetrievalConfig(), PPRConfig())
+    emb = ppr.steps.encode(texts, kind="query")
+    hp_ranked = hp.retriever.retrieve(texts, emb).ranked
+    ppr_ranked = ppr.retriever.retrieve(texts, emb).ranked
+    walker, steps = ppr.retriever, ppr.steps
+    ids, mass = walker.seeds(texts, emb)
+    top = hp_ranked[:, : args.top]
+    extra_w = torch.where(top >= 0, 1.0 / (1.0 + torch.arange(top.shape[1], dtype=torch.float32)), 0.0)
+    extra_w = extra_w / extra_w.sum(1, keepdim=True).clamp_min(1e-30)
+    extra_ids = torch.where(top >= 0, top + index.num_entities + index.num_facts, -1)
+    dense = steps.dense_passages(emb, walker.config.passage_width)
+    report = {"questions": len(questions), "hyperprove": {}, "ppr": {}, "betas": {}}
+    for k in (2, 5):
+        report["hyperprove"][f"R@{k}"] = recall(hp_ranked, gold, k)
+        report["ppr"][f"R@{k}"] = recall(ppr_ranked, gold, k)
+    for beta in args.betas:
+        all_ids = torch.cat([ids, extra_ids], 1)
+        all_mass = torch.cat([mass, beta * extra_w], 1)
+        all_mass = all_mass / all_mass.sum(1, keepdim=True).clamp_min(1e-30)
+        passages, _, _ = walker.ranked_walk(all_ids, all_mass, 0)
+        ranked = lead_then_fill(passages, dense, walker.config.passage_width)
+        report["betas"][beta] = {f"R@{k}": recall(ranked, gold, k) for k in (2, 5)}
+        print(f"{name} beta {beta}: {report['betas'][beta]}", flush=True)
+    print(f"{name}: HyperProve {report['hyperprove']}, PPR {report['ppr']}", flush=True)
+    return report
+
+
+def table(reports: dict) -> str:
+    betas = list(next(iter(reports.values()))["betas"])
+    lines = ["| dataset | HyperProve R@2 / R@5 | PPR R@2 / R@5 | " + " | ".join(f"beta {b}" for b in betas) + " |",
+             "|---|---:|---:|" + "---:|" * len(betas)]
+    for name, rep in reports.items():
+        h, p = rep["hyperprove"], rep["ppr"]
+        cells = [f"{rep['betas'][b]['R@2']:.3f} / {rep['betas'][b]['R@5']:.3f}" for b in betas]
+        lines.append(f"| {name} | {h['R@2']:.3f} / {h['R@5']:.3f} | {p['R@2']:.3f} / {p['R@5']:.3f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dev_set_args(ap, methods=["ppr"])
+    ap.add_argument("--top", type=int, default=5, help="HyperProve passages that receive restart mass")
+    ap.add_argument("--betas", type=float, nargs="+", default=BETAS, help="extra restart mass on them (0: PPR)")
+    return run_dev_sets(ap.parse_args(argv), run_dataset, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
