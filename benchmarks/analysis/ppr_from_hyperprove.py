@@ -4,7 +4,8 @@ Issue 32's fusion needs near-oracle picks between the members' lists; this tries
 member that changes what it finds. For each dev question, PPR's own personalization (linked
 entities, fact seeds, dense passages) gets ``beta`` more mass on HyperProve's top ``--top``
 passages (weight ``1 / (1 + rank)``, normalised per question), and the walk ranks passages as
-PPR does (dense fill). Prints R@2 / R@5 per ``beta`` beside both members'.
+PPR does (dense fill); ``--dense-lead N`` puts dense's first N passages ahead. Prints R@2 / R@5
+per ``beta`` beside both members'.
 
     python benchmarks/analysis/ppr_from_hyperprove.py --index-root /work/idx --index-suffix _e5 \
         --threads 2 --label ppr_from_hyperprove_e5
@@ -64,6 +65,8 @@ def run_dataset(name: str, args) -> dict:
         all_mass = all_mass / all_mass.sum(1, keepdim=True).clamp_min(1e-30)
         passages, _, _ = walker.ranked_walk(all_ids, all_mass, 0)
         ranked = lead_then_fill(passages, dense, walker.config.passage_width)
+        if args.dense_lead:  # dense's first passages ahead of the walk's
+            ranked = lead_then_fill(dense[:, : args.dense_lead], ranked, walker.config.passage_width)
         report["betas"][beta] = {f"R@{k}": recall(ranked, gold, k) for k in (2, 5)}
         print(f"{name} beta {beta}: {report['betas'][beta]}", flush=True)
     print(f"{name}: HyperProve {report['hyperprove']}, PPR {report['ppr']}", flush=True)
@@ -87,6 +90,7 @@ def main(argv=None) -> int:
     add_dev_set_args(ap, methods=["ppr"])
     ap.add_argument("--top", type=int, default=5, help="HyperProve passages that receive restart mass")
     ap.add_argument("--betas", type=float, nargs="+", default=BETAS, help="extra restart mass on them (0: PPR)")
+    ap.add_argument("--dense-lead", type=int, default=0, help="dense's first N passages ahead of the walk's")
     return run_dev_sets(ap.parse_args(argv), run_dataset, table)
 
 
