@@ -296,6 +296,11 @@ class FusionConfig(EngineConfig):
     member_width: int = 0
     lead: str = "dense"  # lead_then_fill: the member whose first passages lead (a member)
     lead_passages: int = 1  # lead_then_fill: how many of them (at most MAX_PASSAGES = 1000)
+    # PPR restarted partly at HyperProve's passages: this much restart mass (against PPR's own 1) on
+    # HyperProve's first restart_passages passages, weight 1 / (1 + rank); 0: off. Needs both members
+    # (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages; the rule is not yet re-swept with it)
+    restart_share: float = 0.0
+    restart_passages: int = 5
     # the members' own settings (their shared fields are the fusion's: setting one here is refused)
     hyperprove: HyperProveConfig = field(default_factory=HyperProveConfig)
     ppr: PPRConfig = field(default_factory=PPRConfig)
@@ -330,6 +335,12 @@ class FusionConfig(EngineConfig):
         _check_range("engine.rrf_k", self.rrf_k, 0.0)
         _check_range("engine.member_width", self.member_width, 0, MAX_PASSAGES)
         _check_range("engine.lead_passages", self.lead_passages, 1, MAX_PASSAGES)
+        _check_range("engine.restart_share", self.restart_share, 0.0)
+        _check_range("engine.restart_passages", self.restart_passages, 1, MAX_PASSAGES)
+        if self.restart_share > 0 and not all(m in members and self.weight(m) > 0 for m in ("hyperprove", "ppr")):
+            raise ValueError(f"engine.restart_share restarts PPR at HyperProve's passages: it needs hyperprove and "
+                             f"ppr among engine.members with weights > 0 (got members {list(members)!r}, "
+                             f"weights {list(weights)!r})")
         if self.rule == "lead_then_fill":
             if self.lead not in members:
                 raise ValueError(f"engine.lead must be one of engine.members {list(members)!r} for "

@@ -348,3 +348,62 @@ def test_the_default_weights_give_hyperprove_two_and_the_others_one():
     assert [FusionConfig().weight(m) for m in ("hyperprove", "ppr", "dense")] == [2.0, 1.0, 1.0]
     assert FusionConfig(members=["ppr", "dense"]).weight("ppr") == 1.0
     assert FusionConfig(weights=[1, 1, 1]).weight("hyperprove") == 1.0  # given weights are the weights
+
+
+# ------------------------------------------------- PPR restarted at HyperProve's passages
+def _restart_reference(ids: list, mass: list, ranked: list, share: float, n: int, first_passage: int) -> dict:
+    """One question's personalization as node -> mass, from the definition."""
+    out = {}
+    for node, m in zip(ids, mass):
+        if node >= 0:
+            out[node] = out.get(node, 0.0) + m
+    top = [p for p in ranked[:n]]
+    weights = [1.0 / (1 + r) if p >= 0 else 0.0 for r, p in enumerate(top)]
+    total = sum(weights)
+    for r, p in enumerate(top):
+        if p >= 0 and total > 0:
+            out[p + first_passage] = out.get(p + first_passage, 0.0) + share * weights[r] / total
+    norm = sum(out.values())
+    return {k: v / norm for k, v in out.items()} if norm > 0 else out
+
+
+def test_restarted_ppr_walks_from_its_seeds_and_hyperproves_passages(built):
+    index, encoder, questions = built
+    cfg = FusionConfig(members=["hyperprove", "ppr"], restart_share=0.3, restart_passages=4, rule="rrf")
+    engine = Engine(index, encoder, config=cfg)
+    fusion = engine.retriever
+    emb = engine.steps.encode(questions)
+    outs = fusion._run_members(questions, emb)
+    assert list(outs) == ["hyperprove", "ppr"]
+    ppr = fusion.members["ppr"][0]
+    ids, mass = ppr.seeds(questions, emb)
+    got_ids, got_mass = fusion._restart_seeds(ids, mass, outs["hyperprove"].ranked)
+    first = index.num_entities + index.num_facts
+    for q in range(len(questions)):
+        want = _restart_reference(ids[q].tolist(), mass[q].tolist(), outs["hyperprove"].ranked[q].tolist(), 0.3, 4,
+                                  first)
+        got = {}
+        for node, m in zip(got_ids[q].tolist(), got_mass[q].tolist()):
+            if node >= 0:
+                got[node] = got.get(node, 0.0) + m
+        assert got.keys() == want.keys() and all(abs(got[k] - want[k]) < 1e-6 for k in want), q
+    walked = ppr.retrieve_seeded(questions, emb, got_ids, got_mass).ranked
+    assert torch.equal(outs["ppr"].ranked, walked)
+    plain = Engine(index, encoder, config=FusionConfig(members=["hyperprove", "ppr"], rule="rrf")).retriever
+    assert torch.equal(plain._run_members(questions, emb)["ppr"].ranked, ppr.retrieve(questions, emb).ranked)
+    assert not torch.equal(walked, ppr.retrieve(questions, emb).ranked)  # the restart moved some ranking
+
+
+def test_restarted_ppr_batched_equals_one_by_one(built):
+    index, encoder, questions = built
+    engine = Engine(index, encoder, config=FusionConfig(restart_share=0.1))
+    together = engine.answer(questions)
+    for i in range(0, len(questions), 3):
+        assert engine.answer([questions[i]])[0].passages == together[i].passages
+
+
+@pytest.mark.parametrize("kw", [dict(members=["ppr", "dense"], lead="dense"),
+                                dict(members=["hyperprove", "ppr", "dense"], weights=[1, 0, 1])])
+def test_restart_needs_both_members(kw):
+    with pytest.raises(ValueError, match="restart_share"):
+        FusionConfig(restart_share=0.1, **kw)

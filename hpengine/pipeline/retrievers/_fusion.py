@@ -199,17 +199,49 @@ class FusionRetriever(Retriever):
 
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """Every member on the batch, then one fusion of their rankings; chains and notes per member."""
-        s, cfg = self.steps, self.config
+        s = self.steps
         self._cache.clear()
         self._cache.update(emb=question_emb, dense={})
         try:
-            outs = {name: retriever.retrieve(questions, question_emb) for name, (retriever, _) in self.members.items()}
+            outs = self._run_members(questions, question_emb)
             with s.timer.stage("fuse"):
                 ranked = self._fuse(outs)
         finally:
             self._cache.clear()  # the batch's tensors are not kept
         chains, notes, diagnostics = self._records(questions, outs)
         return Retrieved(ranked, chains=chains, notes=notes, diagnostics=diagnostics)
+
+    def _run_members(self, questions: list, question_emb: Tensor) -> dict:
+        """name -> the member's :class:`Retrieved`, in member order; with ``restart_share``, PPR
+        runs after HyperProve and restarts partly at its passages (:meth:`_restart_seeds`)."""
+        restart = self.config.restart_share > 0
+        outs = {}
+        for name, (retriever, _) in self.members.items():
+            if not (restart and name == "ppr"):
+                outs[name] = retriever.retrieve(questions, question_emb)
+        if restart:
+            ppr = self.members["ppr"][0]
+            with self.steps.timer.stage("seeds"):
+                ids, mass = self._restart_seeds(*ppr.seeds(questions, question_emb), outs["hyperprove"].ranked)
+            outs["ppr"] = ppr.retrieve_seeded(questions, question_emb, ids, mass)
+        return {name: outs[name] for name in self.members}
+
+    def _restart_seeds(self, ids: Tensor, mass: Tensor, ranked: Tensor) -> tuple[Tensor, Tensor]:
+        """PPR's personalization (rows summing to 1, or 0) plus ``restart_share`` of mass on the
+        first ``restart_passages`` of ``ranked`` (weight ``1 / (1 + rank)``), rows renormalised.
+
+        Shapes:
+            ids int64 ``[Q, R]``, mass ``[Q, R]``, ranked int64 ``[Q, W]`` ->
+            ``[Q, R + n]`` each, ``n = min(restart_passages, W)``.
+        """
+        idx = self.steps.index
+        top = ranked[:, : self.config.restart_passages]
+        rank = torch.arange(top.shape[1], device=top.device, dtype=torch.float32)
+        weight = torch.where(top >= 0, 1.0 / (1.0 + rank), 0.0)
+        weight = weight / weight.sum(1, keepdim=True).clamp_min(1e-30)
+        nodes = torch.where(top >= 0, top + idx.num_entities + idx.num_facts, -1)
+        mass = torch.cat([mass, self.config.restart_share * weight.to(mass.dtype)], dim=1)
+        return torch.cat([ids, nodes], dim=1), mass / mass.sum(1, keepdim=True).clamp_min(1e-30)
 
     # ------------------------------------------------------------- fusion
     def _fuse(self, outs: dict) -> Tensor:

@@ -214,10 +214,15 @@ class PPRRetriever(Retriever):
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """PPR ranking (dense fill; dense alone for questions with no seed, with a note) and the
         top facts by PPR mass as evidence and chain."""
+        with self.steps.timer.stage("seeds"):
+            ids, mass = self.seeds(questions, question_emb)
+        return self.retrieve_seeded(questions, question_emb, ids, mass)
+
+    def retrieve_seeded(self, questions: list, question_emb: Tensor, ids: Tensor, mass: Tensor) -> Retrieved:
+        """:meth:`retrieve` from a given personalization (``ids``, ``mass`` as :meth:`seeds`
+        returns them; another method may add restart mass to PPR's own)."""
         s, cfg, idx = self.steps, self.config, self.steps.index
         q = len(questions)
-        with s.timer.stage("seeds"):
-            ids, mass = self.seeds(questions, question_emb)
         dense = s.dense_passages(question_emb, cfg.passage_width)
         seeded = (mass > 0).any(dim=1)
         rows = torch.nonzero(seeded).squeeze(1)  # host sync: which questions walk, once per batch
