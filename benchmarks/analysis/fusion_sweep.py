@@ -9,7 +9,8 @@ grid of rules costs one run of the members. The chosen configuration is then run
 Members: HyperProve, PPR and dense at their defaults, 10 passages each, no LLM. Candidates: the
 rules ``lead_then_fill`` / ``rrf`` / ``score`` with ``rrf_k`` in {0, 1, 60} and the weight sets of
 ``GRID``. Prints R@2 / R@5 per candidate beside the members alone; ``--label`` saves the JSON in
-``benchmarks/results/``.
+``benchmarks/results/``. ``--restart-share X`` runs PPR restarted partly at HyperProve's passages
+(``engine.restart_share``), so "ppr" is then that walk.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def member_outputs(engine, questions, batch_size: int) -> list:
         emb = engine.steps.encode(texts)
         fusion._cache.clear()
         fusion._cache.update(emb=emb, dense={})
-        outs = {name: retriever.retrieve(texts, emb) for name, (retriever, _) in fusion.members.items()}
+        outs = fusion._run_members(texts, emb)  # the method's own: PPR restarted when restart_share > 0
         batches.append((outs, dict(fusion._cache, dense=dict(fusion._cache["dense"]))))
     return batches
 
@@ -93,7 +94,7 @@ def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_pass
     fusion = engine.retriever
     members = dict(fusion.members)
     fusion.config = dataclasses.replace(fusion.config, rule=rule, rrf_k=rrf_k, weights=list(weights),
-                                        lead_passages=lead_passages, lead=lead)
+                                        lead_passages=lead_passages, lead=lead, restart_share=0.0)  # members ran
     fusion.members = {n: (members[n][0], w) for n, w in zip(MEMBERS, weights) if w > 0}
     try:
         out = []
@@ -117,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--verify", type=int, default=-1,
                     help="GRID row run end to end as retriever=fusion (default: the best R@5)")
+    ap.add_argument("--restart-share", type=float, default=0.0,
+                    help="engine.restart_share: PPR restarted partly at HyperProve's passages (0: off)")
     ap.add_argument("--label", default="")
     args = ap.parse_args(argv)
     if args.threads:
@@ -132,7 +135,8 @@ def main(argv=None) -> int:
     questions = load_questions(args.questions)
     if args.max_questions:
         questions = questions[: args.max_questions]
-    engine = Engine(index, encoder, RetrievalConfig(), FusionConfig(members=list(MEMBERS)))
+    engine = Engine(index, encoder, RetrievalConfig(), FusionConfig(members=list(MEMBERS),
+                                                                    restart_share=args.restart_share))
     start = time.perf_counter()
     batches = member_outputs(engine, questions, args.batch_size)
     members_s = time.perf_counter() - start
@@ -152,7 +156,7 @@ def main(argv=None) -> int:
     best = args.verify if args.verify >= 0 else max(range(len(GRID)), key=lambda i: report["grid"][i]["recall@5"])
     rule, k, weights, lead_passages, *lead = GRID[best]
     cfg = FusionConfig(members=list(MEMBERS), rule=rule, rrf_k=k, weights=list(weights), lead_passages=lead_passages,
-                       lead=lead[0] if lead else "dense")
+                       lead=lead[0] if lead else "dense", restart_share=args.restart_share if weights[1] > 0 else 0.0)
     res = evaluate(Engine(index, encoder, RetrievalConfig(), cfg), questions, EvalConfig(batch_size=args.batch_size),
                    progress=False)
     report["verified"] = {"row": best, "recall@2": res["recall@2"], "recall@5": res["recall@5"],

@@ -267,7 +267,9 @@ FUSION_NESTED = ("hyperprove", "ppr", "grag")
 
 
 #: a member's weight when ``FusionConfig.weights`` is empty (members not named: 1)
-DEFAULT_FUSION_WEIGHTS = {"hyperprove": 2.0}
+DEFAULT_FUSION_WEIGHTS = {"ppr": 2.0}
+#: ``FusionConfig.restart_share`` when unset and both HyperProve and PPR run (else 0)
+DEFAULT_RESTART_SHARE = 0.1
 
 
 @dataclass
@@ -282,10 +284,10 @@ class FusionConfig(EngineConfig):
     # the methods run, by registered name (not fusion itself); their chain records keep this order
     members: list = field(default_factory=lambda: ["hyperprove", "ppr", "dense"])
     # one weight >= 0 per member, in members' order (engine.weights=[1,0.5,1]); empty: each member's
-    # DEFAULT_FUSION_WEIGHTS (hyperprove 2, the others 1). A weight of 0 drops its member (it is not run)
+    # DEFAULT_FUSION_WEIGHTS (ppr 2, the others 1). A weight of 0 drops its member (it is not run)
     weights: list = field(default_factory=list)
-    # rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill with HyperProve's fill
-    # weight 2: the rule whose worst R@5 against the best single method, over three dev sets and two
+    # rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill with the restarted PPR's
+    # fill weight 2: the rule whose worst R@5 against the best single method, over three dev sets and two
     # encoders, is the best, with R@2 above dense's on all six (docs/methods/fusion.md#choosing-the-default)
     rule: str = "lead_then_fill"
     # RRF (and lead_then_fill's fill): a passage at rank r (from 1) of member m adds weight_m / (rrf_k + r);
@@ -297,9 +299,10 @@ class FusionConfig(EngineConfig):
     lead: str = "dense"  # lead_then_fill: the member whose first passages lead (a member)
     lead_passages: int = 1  # lead_then_fill: how many of them (at most MAX_PASSAGES = 1000)
     # PPR restarted partly at HyperProve's passages: this much restart mass (against PPR's own 1) on
-    # HyperProve's first restart_passages passages, weight 1 / (1 + rank); 0: off. Needs both members
-    # (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages; the rule is not yet re-swept with it)
-    restart_share: float = 0.0
+    # HyperProve's first restart_passages passages, weight 1 / (1 + rank); 0: off; a value > 0 needs both
+    # members. None: DEFAULT_RESTART_SHARE (0.1) when both run, else off
+    # (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages)
+    restart_share: float | None = None
     restart_passages: int = 5
     # the members' own settings (their shared fields are the fusion's: setting one here is refused)
     hyperprove: HyperProveConfig = field(default_factory=HyperProveConfig)
@@ -335,9 +338,10 @@ class FusionConfig(EngineConfig):
         _check_range("engine.rrf_k", self.rrf_k, 0.0)
         _check_range("engine.member_width", self.member_width, 0, MAX_PASSAGES)
         _check_range("engine.lead_passages", self.lead_passages, 1, MAX_PASSAGES)
-        _check_range("engine.restart_share", self.restart_share, 0.0)
+        if self.restart_share is not None:
+            _check_range("engine.restart_share", self.restart_share, 0.0)
         _check_range("engine.restart_passages", self.restart_passages, 1, MAX_PASSAGES)
-        if self.restart_share > 0 and not all(m in members and self.weight(m) > 0 for m in ("hyperprove", "ppr")):
+        if (self.restart_share or 0) > 0 and not self._restarts_possible():
             raise ValueError(f"engine.restart_share restarts PPR at HyperProve's passages: it needs hyperprove and "
                              f"ppr among engine.members with weights > 0 (got members {list(members)!r}, "
                              f"weights {list(weights)!r})")
@@ -360,6 +364,16 @@ class FusionConfig(EngineConfig):
                 if getattr(nested, key) != default:
                     raise ValueError(f"engine.{name}.{key} is a shared setting: the fusion's engine.{key} applies "
                                      f"to every member (got {getattr(nested, key)!r})")
+
+    def _restarts_possible(self) -> bool:
+        return all(m in self.members and self.weight(m) > 0 for m in ("hyperprove", "ppr"))
+
+    def restart(self) -> float:
+        """The restart share in effect: ``restart_share``, or when unset ``DEFAULT_RESTART_SHARE``
+        if HyperProve and PPR both run, else 0."""
+        if self.restart_share is not None:
+            return float(self.restart_share)
+        return DEFAULT_RESTART_SHARE if self._restarts_possible() else 0.0
 
     def weight(self, member: str) -> float:
         """The weight of ``member`` (its ``DEFAULT_FUSION_WEIGHTS`` entry, else 1, when ``weights``

@@ -130,7 +130,7 @@ def test_a_single_member_is_that_member(built, member, rule):
     # the chain is the member's own (the single-step member's hop keeps its facts)
     for a, f in zip(alone, fused):
         assert [[x.text for x in h.facts] for h in f.chain] == [[x.text for x in h.facts] for h in a.chain]
-        weight = "2" if member == "hyperprove" else "1"  # the default weights (DEFAULT_FUSION_WEIGHTS)
+        weight = "2" if member == "ppr" else "1"  # the default weights (DEFAULT_FUSION_WEIGHTS)
         assert f.notes[0] == f"fusion: {member} (weight {weight}): " + (f"chain[0:{len(a.chain)}]" if a.chain
                                                                            else "no chain records")
         if member == "hyperprove":
@@ -173,9 +173,10 @@ def test_rrf_and_lead_then_fill_equal_the_reference_over_the_members_own_ranking
     alone = _member_rankings(index, encoder, questions, member_width)
     weights, k = [1.0, 0.5, 2.0], 3.0
     rrf = Engine(index, encoder, config=FusionConfig(rule="rrf", weights=weights, rrf_k=k, passage_width=width,
-                                                     member_width=member_width)).answer(questions)
+                                                     member_width=member_width, restart_share=0)).answer(questions)
     ltf = Engine(index, encoder, config=FusionConfig(rule="lead_then_fill", lead_passages=2, weights=weights, rrf_k=k,
-                                                     passage_width=width, member_width=member_width)).answer(questions)
+                                                     passage_width=width, member_width=member_width,
+                                                     restart_share=0)).answer(questions)
     for i, (r, t) in enumerate(zip(rrf, ltf)):
         lists = [alone[n][i] for n in members]
         expected, score = _rrf_reference(lists, weights, k, width)
@@ -195,7 +196,8 @@ def test_score_rule_equals_the_reference(built):
     members, width = ["hyperprove", "ppr", "dense"], 10
     alone = _member_rankings(index, encoder, questions, width)
     weights = [1.0, 2.0, 1.5]
-    fused = Engine(index, encoder, config=FusionConfig(rule="score", weights=weights)).answer(questions)
+    fused = Engine(index, encoder, config=FusionConfig(rule="score", weights=weights,
+                                                       restart_share=0)).answer(questions)
     emb = encoder.encode(questions, kind="query").double()
     cos = emb @ index.passage_emb.double().t()  # [Q, P]: the dense member's cosines
     for i, pred in enumerate(fused):
@@ -208,12 +210,12 @@ def test_score_rule_equals_the_reference(built):
 
 def test_chain_keeps_each_members_evidence_labelled(built):
     index, encoder, questions = built
-    fused = Engine(index, encoder, config=FusionConfig()).answer(questions)
+    fused = Engine(index, encoder, config=FusionConfig(restart_share=0)).answer(questions)  # PPR as alone
     hp = Engine(index, encoder, config=HyperProveConfig()).answer(questions)
     ppr = Engine(index, encoder, config=PPRConfig()).answer(questions)
     for f, h, p in zip(fused, hp, ppr):
         n = len(h.chain)
-        assert f.notes[:3] == [f"fusion: hyperprove (weight 2): chain[0:{n}]", f"fusion: ppr (weight 1): chain[{n}:{n + 1}]",
+        assert f.notes[:3] == [f"fusion: hyperprove (weight 1): chain[0:{n}]", f"fusion: ppr (weight 2): chain[{n}:{n + 1}]",
                                "fusion: dense (weight 1): no chain records"]
         assert [(r.subquery, r.answer, [x.text for x in r.facts]) for r in f.chain[:n]] == \
             [(r.subquery, r.answer, [x.text for x in r.facts]) for r in h.chain]
@@ -333,7 +335,7 @@ def test_eval_and_ask_accept_retriever_fusion(tmp_path, capsys):
     result = json.loads(run.read_text())
     assert result["retriever"] == "fusion" and "fuse" in result["seconds"]
     rec = result["records"][0]
-    assert rec["retrieved"] and rec["notes"][0].startswith("fusion: hyperprove (weight 2): chain[0:")
+    assert rec["retrieved"] and rec["notes"][0].startswith("fusion: hyperprove (weight 1): chain[0:")
     capsys.readouterr()
     main(["ask", str(idx), "Where was the director of Solo born?", "retriever=fusion", "engine.weights=[1,0,1]",
           "encoder.dtype=float32"])
@@ -341,13 +343,16 @@ def test_eval_and_ask_accept_retriever_fusion(tmp_path, capsys):
     assert "Q: Where was the director of Solo born?" in out and "Ann Berg" in out
 
 
-def test_the_default_weights_give_hyperprove_two_and_the_others_one():
-    from hpengine.config._engine import DEFAULT_FUSION_WEIGHTS
+def test_the_defaults_give_ppr_two_the_others_one_and_restart_ppr_when_both_run():
+    from hpengine.config._engine import DEFAULT_FUSION_WEIGHTS, DEFAULT_RESTART_SHARE
 
-    assert DEFAULT_FUSION_WEIGHTS == {"hyperprove": 2.0}
-    assert [FusionConfig().weight(m) for m in ("hyperprove", "ppr", "dense")] == [2.0, 1.0, 1.0]
-    assert FusionConfig(members=["ppr", "dense"]).weight("ppr") == 1.0
-    assert FusionConfig(weights=[1, 1, 1]).weight("hyperprove") == 1.0  # given weights are the weights
+    assert DEFAULT_FUSION_WEIGHTS == {"ppr": 2.0} and DEFAULT_RESTART_SHARE == 0.1
+    assert [FusionConfig().weight(m) for m in ("hyperprove", "ppr", "dense")] == [1.0, 2.0, 1.0]
+    assert FusionConfig(members=["hyperprove", "dense"]).weight("hyperprove") == 1.0
+    assert FusionConfig(weights=[1, 1, 1]).weight("ppr") == 1.0  # given weights are the weights
+    assert FusionConfig().restart() == 0.1 and FusionConfig(restart_share=0).restart() == 0.0
+    assert FusionConfig(members=["ppr", "dense"]).restart() == 0.0  # no HyperProve: no restart, no error
+    assert FusionConfig(weights=[0, 1, 1]).restart() == 0.0
 
 
 # ------------------------------------------------- PPR restarted at HyperProve's passages
@@ -389,7 +394,8 @@ def test_restarted_ppr_walks_from_its_seeds_and_hyperproves_passages(built):
         assert got.keys() == want.keys() and all(abs(got[k] - want[k]) < 1e-6 for k in want), q
     walked = ppr.retrieve_seeded(questions, emb, got_ids, got_mass).ranked
     assert torch.equal(outs["ppr"].ranked, walked)
-    plain = Engine(index, encoder, config=FusionConfig(members=["hyperprove", "ppr"], rule="rrf")).retriever
+    plain = Engine(index, encoder, config=FusionConfig(members=["hyperprove", "ppr"], rule="rrf",
+                                                       restart_share=0)).retriever
     assert torch.equal(plain._run_members(questions, emb)["ppr"].ranked, ppr.retrieve(questions, emb).ranked)
     assert not torch.equal(walked, ppr.retrieve(questions, emb).ranked)  # the restart moved some ranking
 

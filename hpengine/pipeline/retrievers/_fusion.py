@@ -214,7 +214,7 @@ class FusionRetriever(Retriever):
     def _run_members(self, questions: list, question_emb: Tensor) -> dict:
         """name -> the member's :class:`Retrieved`, in member order; with ``restart_share``, PPR
         runs after HyperProve and restarts partly at its passages (:meth:`_restart_seeds`)."""
-        restart = self.config.restart_share > 0
+        restart = self.config.restart() > 0
         outs = {}
         for name, (retriever, _) in self.members.items():
             if not (restart and name == "ppr"):
@@ -227,7 +227,7 @@ class FusionRetriever(Retriever):
         return {name: outs[name] for name in self.members}
 
     def _restart_seeds(self, ids: Tensor, mass: Tensor, ranked: Tensor) -> tuple[Tensor, Tensor]:
-        """PPR's personalization (rows summing to 1, or 0) plus ``restart_share`` of mass on the
+        """PPR's personalization (rows summing to 1, or 0) plus the restart share of mass on the
         first ``restart_passages`` of ``ranked`` (weight ``1 / (1 + rank)``), rows renormalised.
 
         Shapes:
@@ -240,7 +240,7 @@ class FusionRetriever(Retriever):
         weight = torch.where(top >= 0, 1.0 / (1.0 + rank), 0.0)
         weight = weight / weight.sum(1, keepdim=True).clamp_min(1e-30)
         nodes = torch.where(top >= 0, top + idx.num_entities + idx.num_facts, -1)
-        mass = torch.cat([mass, self.config.restart_share * weight.to(mass.dtype)], dim=1)
+        mass = torch.cat([mass, self.config.restart() * weight.to(mass.dtype)], dim=1)
         return torch.cat([ids, nodes], dim=1), mass / mass.sum(1, keepdim=True).clamp_min(1e-30)
 
     # ------------------------------------------------------------- fusion
