@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_with_values, gather_csr_rows
+from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_with_values, gather_csr_rows, transpose_csr
 from hpengine.sparse._sort import sort_keys, unique_keys
 
 
@@ -234,9 +234,9 @@ def factored_incidence(pairs: Tensor, relation: Tensor, num_rows: int, num_colum
     r = csr_from_sorted_pairs(pairs, num_rows, num_columns, ones(pairs.shape[1]))
     n = csr_from_sorted_pairs(closed, num_columns, num_columns, ones(closed.shape[1]))
     k = csr_from_sorted_pairs(extra, num_rows, num_columns, excess.to(dtype))
-    rt = _transposed(pairs, num_rows, num_columns, None, dtype)
-    nt = _transposed(closed, num_columns, num_columns, None, dtype)
-    kt = _transposed(extra, num_rows, num_columns, excess, dtype)
+    rt = transpose_csr(pairs, num_rows, num_columns, r.values(), values_equal=True)  # ones shared with R
+    nt = transpose_csr(closed, num_columns, num_columns, n.values(), values_equal=True)
+    kt = transpose_csr(extra, num_rows, num_columns, k.values())
     # exact counts: reach of each column of R through I + N, minus the excess
     reach = torch.bincount(closed[0], minlength=num_columns)  # [C] |row c of I + N|
     row_count = torch.zeros(num_rows, dtype=torch.int64, device=dev).index_add_(0, pairs[0], reach[pairs[1]])
@@ -247,32 +247,6 @@ def factored_incidence(pairs: Tensor, relation: Tensor, num_rows: int, num_colum
     return SparseChain(r, n, k), SparseChain(nt, rt, kt), row_count, col_count
 
 
-def _transposed(pairs: Tensor, num_rows: int, num_columns: int, values: Tensor | None, dtype: torch.dtype) -> Tensor:
-    """CSR of the transpose ``[num_columns, num_rows]`` of row-sorted unique pairs: ones when
-    ``values`` is None (sorted as key values, no permutation), else ``values`` permuted."""
-    key = pairs[1] * num_rows + pairs[0]
-    if values is None:
-        key = sort_keys(key, inplace=True)
-        values = torch.ones(key.numel(), dtype=dtype, device=key.device)
-    else:
-        key, order = torch.sort(key)
-        values = values.to(dtype).index_select(0, order)
-    return csr_from_sorted_pairs(torch.stack([key // num_rows, key % num_rows]), num_columns, num_rows, values)
-
-
-def _gather_rows(m: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """``(position, column)`` int64 of every entry of CSR rows ``rows`` (``-1``: none), in row
-    order; reads ``m``'s index arrays as they are (int32 or int64), converting only what it gathers."""
-    crow, cols = m.crow_indices(), m.col_indices()
-    safe = rows.clamp_min(0)
-    start = crow.index_select(0, safe).long()
-    count = torch.where(rows >= 0, crow.index_select(0, safe + 1).long() - start, 0)
-    total = int(count.sum())
-    position = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count, output_size=total)
-    offset = torch.arange(total, device=rows.device) - (torch.cumsum(count, 0) - count).index_select(0, position)
-    return position, cols.index_select(0, start.index_select(0, position) + offset).long()
-
-
 def expanded_rows(b: SparseChain, rows: Tensor) -> tuple[Tensor, Tensor]:
     """The entries of rows ``rows`` of ``B`` (``-1`` rows are empty).
 
@@ -280,9 +254,9 @@ def expanded_rows(b: SparseChain, rows: Tensor) -> tuple[Tensor, Tensor]:
         ``(count [n] int64, column [sum(count)] int64)``: columns grouped by position in ``rows``
         (sorted within a row for a factored ``B``, in CSR order otherwise).
     """
-    position, col = _gather_rows(b.outer, rows)
+    position, col = gather_csr_rows(b.outer.crow_indices(), b.outer.col_indices(), rows)
     if b.inner is not None:  # through I + N, then each row's distinct columns
-        via, col = _gather_rows(b.inner, col)
+        via, col = gather_csr_rows(b.inner.crow_indices(), b.inner.col_indices(), col)
         width = int(b.shape[1])
         keys = unique_keys(position.index_select(0, via).mul_(width).add_(col), inplace=True)
         position, col = keys // width, keys % width

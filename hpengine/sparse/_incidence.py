@@ -6,7 +6,10 @@ import warnings
 import torch
 from torch import Tensor
 
-from hpengine.sparse._sort import unique_keys
+from hpengine.sparse._sort import sort_keys, unique_keys
+
+#: keys decoded at a time when a transpose's column ids are written (bounds an int64 temporary)
+_DECODE_CHUNK = 1 << 24
 
 
 def coalesce_pairs(index: Tensor, num_rows: int, num_cols: int) -> Tensor:
@@ -159,21 +162,52 @@ def gather_csr_rows(crow: Tensor, col: Tensor, rows: Tensor) -> tuple[Tensor, Te
     """Entries of the CSR rows ``rows`` (``-1`` rows are empty), flattened.
 
     Args:
-        crow: int64 ``[R + 1]`` row pointers; col: int64 ``[nnz]`` column ids.
+        crow: ``[R + 1]`` row pointers; col: ``[nnz]`` column ids (int32 or int64: read as they
+            are, only what is gathered is converted).
         rows: int64 ``[n]`` row ids, ``-1`` for none.
 
     Returns:
-        ``(position, column)``: for every entry, the index into ``rows`` it came from and its
-        column, in row order. The output size is data-dependent (one host sync to size it).
+        ``(position, column)``, int64: for every entry, the index into ``rows`` it came from and
+        its column, in row order. The output size is data-dependent (one host sync to size it).
 
     Example:
         >>> gather_csr_rows(torch.tensor([0, 2, 3]), torch.tensor([5, 6, 7]), torch.tensor([1, -1, 0]))
         (tensor([0, 2, 2]), tensor([7, 5, 6]))
     """
     safe = rows.clamp_min(0)
-    start = crow[safe]
-    count = torch.where(rows >= 0, crow[safe + 1] - start, torch.zeros_like(start))
-    position = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count)
-    offset = torch.arange(position.numel(), device=rows.device) - torch.repeat_interleave(
-        torch.cumsum(count, 0) - count, count)
-    return position, col[start[position] + offset]
+    start = crow.index_select(0, safe).long()
+    count = torch.where(rows >= 0, crow.index_select(0, safe + 1).long() - start, 0)
+    total = int(count.sum())
+    position = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count, output_size=total)
+    offset = torch.arange(total, device=rows.device) - (torch.cumsum(count, 0) - count).index_select(0, position)
+    return position, col.index_select(0, start.index_select(0, position) + offset).long()
+
+
+def transpose_csr(pairs: Tensor, num_rows: int, num_cols: int, values: Tensor, *, values_equal: bool = False) -> Tensor:
+    """``B^T [num_cols, num_rows]`` as CSR from the row-sorted unique pairs of ``B``.
+
+    The sorted keys ``column * num_rows + row`` are ``B^T``'s pairs in row order, so the only
+    ``[nnz]`` temporary is the int64 key buffer (decoded a chunk at a time into the index dtype).
+    With ``values_equal`` (all of ``values`` equal, as ``B``'s ones) the keys are sorted as values
+    and ``values`` is used as it is, shared with ``B``; otherwise they are sorted with their
+    permutation, which ``values`` follows.
+
+    Shapes:
+        pairs ``[2, nnz]``, values ``[nnz]`` -> ``[num_cols, num_rows]`` CSR.
+    """
+    nnz = int(pairs.shape[1])
+    index_dtype = csr_index_dtype(num_cols, num_rows, nnz)
+    key = torch.mul(pairs[1], num_rows).add_(pairs[0])  # [nnz] (column, row) keys
+    if values_equal:
+        key = sort_keys(key, inplace=True)
+    else:
+        key, order = torch.sort(key)
+        values = values.index_select(0, order)
+        del order
+    cols = torch.empty(nnz, dtype=index_dtype, device=pairs.device)
+    for lo in range(0, nnz, _DECODE_CHUNK):
+        cols[lo:lo + _DECODE_CHUNK] = key[lo:lo + _DECODE_CHUNK] % num_rows
+    del key
+    crow = torch.zeros(num_cols + 1, dtype=index_dtype, device=pairs.device)
+    torch.cumsum(torch.bincount(pairs[1], minlength=num_cols), 0, out=crow[1:])
+    return csr_with_values(crow, cols, values, (num_cols, num_rows))

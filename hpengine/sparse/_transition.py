@@ -20,30 +20,7 @@ import torch
 from torch import Tensor
 
 from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence
-from hpengine.sparse._sort import sort_keys
-from hpengine.sparse._incidence import (csr_from_sorted_pairs, csr_index_dtype, csr_with_values, inverse_or_zero,
-                                        node_degree)
-
-#: pairs gathered at a time when B^T's column ids are written (bounds an int64 temporary)
-_GATHER_CHUNK = 1 << 24
-
-
-def _transpose_csr(pairs: Tensor, num_facts: int, num_columns: int, values: Tensor) -> Tensor:
-    """``B^T [C, H]`` as CSR from the unique pairs of ``B``: the sorted keys ``column * H + fact``
-    are ``B^T``'s pairs in row order (the facts of each column ascending), so the only ``[nnz]``
-    temporary is the int64 key buffer, sorted in place. ``values`` are all equal (B's ones), so
-    no permutation of them is needed."""
-    nnz = int(pairs.shape[1])
-    index_dtype = csr_index_dtype(num_columns, num_facts, nnz)
-    key = sort_keys(torch.mul(pairs[1], num_facts).add_(pairs[0]), inplace=True)  # [nnz] (column, fact) order
-    cols = torch.empty(nnz, dtype=index_dtype, device=pairs.device)
-    for lo in range(0, nnz, _GATHER_CHUNK):
-        cols[lo:lo + _GATHER_CHUNK] = key[lo:lo + _GATHER_CHUNK] % num_facts
-    del key
-    crow = torch.zeros(num_columns + 1, dtype=index_dtype, device=pairs.device)
-    torch.cumsum(torch.bincount(pairs[1], minlength=num_columns), 0, out=crow[1:])
-    return csr_with_values(crow, cols, values, (num_columns, num_facts))
-
+from hpengine.sparse._incidence import csr_from_sorted_pairs, inverse_or_zero, node_degree, transpose_csr
 
 class TransitionOperator:
     """Factored ``T_s`` (or its transpose) acting on dense ``[H, B]`` blocks.
@@ -102,7 +79,7 @@ class TransitionOperator:
         b = csr_from_sorted_pairs(pairs, num_facts, num_columns, ones)  # [H, C]
         self.fact_degree = (b.crow_indices()[1:] - b.crow_indices()[:-1]).to(dtype)  # [H]
         self.b = SparseChain(b)
-        self.bt = SparseChain(_transpose_csr(pairs, num_facts, num_columns, ones))  # [C, H]
+        self.bt = SparseChain(transpose_csr(pairs, num_facts, num_columns, ones, values_equal=True))  # [C, H]
 
     def _init_factored(self, b, bt, row_count: Tensor, col_count: Tensor) -> None:
         """Degrees, diagonal and row sums of ``bin(B (I + N))`` from its factors: exact integer
