@@ -4,8 +4,9 @@ Issue 32's fusion needs near-oracle picks between the members' lists; this tries
 member that changes what it finds. For each dev question, PPR's own personalization (linked
 entities, fact seeds, dense passages) gets ``beta`` more mass on HyperProve's top ``--top``
 passages (weight ``1 / (1 + rank)``, normalised per question), and the walk ranks passages as
-PPR does (dense fill); ``--dense-lead N`` puts dense's first N passages ahead. Prints R@2 / R@5
-per ``beta`` beside both members'.
+PPR does (dense fill), through the fusion's own code for ``engine.restart_share``;
+``--dense-lead N`` puts dense's first N passages ahead. Prints R@2 / R@5 per ``beta`` beside both
+members'.
 
     python benchmarks/analysis/ppr_from_hyperprove.py --index-root /work/idx --index-suffix _e5 \
         --threads 2 --label ppr_from_hyperprove_e5
@@ -35,7 +36,11 @@ def recall(ranked: torch.Tensor, gold: list, k: int) -> float:
 
 
 def run_dataset(name: str, args) -> dict:
-    from hpengine.config import HyperProveConfig, PPRConfig, RetrievalConfig
+    """The fusion's own restart (``FusionRetriever._restart_seeds``, ``PPRRetriever.retrieve_seeded``)
+    at each ``beta``, the members run once."""
+    import dataclasses
+
+    from hpengine.config import FusionConfig, RetrievalConfig
     from hpengine.pipeline import Engine
     from hpengine.retrieval import lead_then_fill
 
@@ -43,30 +48,26 @@ def run_dataset(name: str, args) -> dict:
     ids_of = {(p.title, p.text): i for i, p in enumerate(index.passages)}
     gold = [{ids_of[g] for g in q.gold_passages if g in ids_of} for q in questions]
     texts = [q.question for q in questions]
-    hp = Engine(index, encoder, RetrievalConfig(), HyperProveConfig())
-    ppr = Engine(index, encoder, RetrievalConfig(), PPRConfig())
-    emb = ppr.steps.encode(texts, kind="query")
-    hp_ranked = hp.retriever.retrieve(texts, emb).ranked
-    ppr_ranked = ppr.retriever.retrieve(texts, emb).ranked
-    walker, steps = ppr.retriever, ppr.steps
-    ids, mass = walker.seeds(texts, emb)
-    top = hp_ranked[:, : args.top]
-    extra_w = torch.where(top >= 0, 1.0 / (1.0 + torch.arange(top.shape[1], dtype=torch.float32)), 0.0)
-    extra_w = extra_w / extra_w.sum(1, keepdim=True).clamp_min(1e-30)
-    extra_ids = torch.where(top >= 0, top + index.num_entities + index.num_facts, -1)
-    dense = steps.dense_passages(emb, walker.config.passage_width)
+    engine = Engine(index, encoder, RetrievalConfig(),
+                    FusionConfig(members=["hyperprove", "ppr"], rule="rrf", restart_share=0.0,
+                                 restart_passages=args.top))
+    fusion = engine.retriever
+    hp, ppr = fusion.members["hyperprove"][0], fusion.members["ppr"][0]
+    emb = engine.steps.encode(texts, kind="query")
+    hp_ranked = hp.retrieve(texts, emb).ranked
+    ids, mass = ppr.seeds(texts, emb)
+    width = ppr.config.passage_width
+    dense = engine.steps.dense_passages(emb, width)
     report = {"questions": len(questions), "hyperprove": {}, "ppr": {}, "betas": {}}
+    ppr_ranked = ppr.retrieve_seeded(texts, emb, ids, mass).ranked
     for k in (2, 5):
         report["hyperprove"][f"R@{k}"] = recall(hp_ranked, gold, k)
         report["ppr"][f"R@{k}"] = recall(ppr_ranked, gold, k)
     for beta in args.betas:
-        all_ids = torch.cat([ids, extra_ids], 1)
-        all_mass = torch.cat([mass, beta * extra_w], 1)
-        all_mass = all_mass / all_mass.sum(1, keepdim=True).clamp_min(1e-30)
-        passages, _, _ = walker.ranked_walk(all_ids, all_mass, 0)
-        ranked = lead_then_fill(passages, dense, walker.config.passage_width)
+        fusion.config = dataclasses.replace(fusion.config, restart_share=beta)
+        ranked = ppr.retrieve_seeded(texts, emb, *fusion._restart_seeds(ids, mass, hp_ranked)).ranked
         if args.dense_lead:  # dense's first passages ahead of the walk's
-            ranked = lead_then_fill(dense[:, : args.dense_lead], ranked, walker.config.passage_width)
+            ranked = lead_then_fill(dense[:, : args.dense_lead], ranked, width)
         report["betas"][beta] = {f"R@{k}": recall(ranked, gold, k) for k in (2, 5)}
         print(f"{name} beta {beta}: {report['betas'][beta]}", flush=True)
     print(f"{name}: HyperProve {report['hyperprove']}, PPR {report['ppr']}", flush=True)
