@@ -14,6 +14,14 @@ they are at most ``FACTORED_MAX_RATIO`` of the expansion, else the expansion mat
 them; ``index_graph`` says which). Side by side, on the same keys: the key sort it runs
 on, ``hpengine.sparse.sort_keys`` (NumPy's sort on CPU) against ``torch.sort`` (the sort before).
 
+Warm and cold: the best of ``--repeat`` in one process is the cost of a repeated structure (a
+process that rebuilds ``Index.graph`` after changes): its temporaries reuse the heap the first run
+left, and below about 100k passages they all fit in what glibc keeps (its trim threshold grows
+with the largest block freed, to 64 MiB), above it they are returned and faulted in again. A build
+or a reader runs the stage once, in a process whose heap has not held it: ``by_size_cold_s`` is
+the median over ``--cold`` fresh processes of ``Index.graph.transition()`` timed once after the
+load (its tensors read first), with the process's CPU seconds and minor page faults of that call.
+
 Merge: the streaming build's last step copies every shard's fact and passage embedding rows into
 the index (``ShardFolder.read_tensors`` + ``gather_rows``). For N passages it writes N / 20,000
 shards (the build's default shard size) of random bfloat16 rows in the 100k corpus's proportions
@@ -25,7 +33,11 @@ last size, log(t2 / t1) / log(n2 / n1).
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +96,33 @@ def structure_row(path: str, repeat: int) -> dict:
             "torch_sort_s": _best(lambda: torch.sort(keys), repeat)}
 
 
+def cold_call(path: str) -> dict:
+    """One ``Index.graph.transition()`` in this process, right after the load: seconds, CPU seconds
+    and minor page faults of the call."""
+    from hpengine.graph import Index
+
+    index = Index.load(path)
+    for t in (index.fact_entity_raw, index.fact_passage, index.synonyms):
+        t.sum()  # read once: the call times the structure, not the first read of the files
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    index.graph.transition()
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+    return {"wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "sys_s": after.ru_stime - before.ru_stime, "minor_faults": after.ru_minflt - before.ru_minflt}
+
+
+def cold_row(path: str, runs: int, threads: int | None) -> dict:
+    """Medians of :func:`cold_call` over ``runs`` fresh processes."""
+    calls = []
+    for _ in range(runs):
+        cmd = [sys.executable, __file__, "--cold-call", path] + (["--threads", str(threads)] if threads else [])
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        calls.append(json.loads(out.strip().splitlines()[-1]))
+    median = lambda key: statistics.median(c[key] for c in calls)  # noqa: E731
+    return {"by_size_cold_s": median("wall_s"), "by_size_cold_cpu_s": median("cpu_s"),
+            "by_size_cold_sys_s": median("sys_s"), "by_size_cold_faults": int(median("minor_faults"))}
+
+
 def merge_row(passages: int, repeat: int, folder: Path) -> dict:
     """Seconds of the shard merge of ``passages`` passages, shards mapped and shards read."""
     from hpengine.graph import gather_rows, map_safetensors, read_safetensors, write_safetensors
@@ -112,20 +151,28 @@ def _exponent(rows: list, key: str, by: str = "passages") -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--indexes", nargs="+", required=True, help="built indexes, smallest first")
+    parser.add_argument("--indexes", nargs="+", help="built indexes, smallest first")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cold", type=int, default=5, help="fresh processes per index for the cold structure")
+    parser.add_argument("--cold-call", help=argparse.SUPPRESS)  # a child: time one structure and print it
     add_common_args(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cold_call:
+        print(json.dumps(cold_call(args.cold_call)))
+        return 0
+    if not args.indexes:
+        parser.error("--indexes is required")
     rows = []
     with tempfile.TemporaryDirectory(prefix="hpengine_merge_") as tmp:
         for path in args.indexes:
             row = structure_row(path, args.repeat)
+            row.update(cold_row(path, args.cold, args.threads))
             row.update(merge_row(row["passages"], args.repeat, Path(tmp)))
             rows.append(row)
             print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-    cols = ["structure_s", "factored_s", "by_size_s", "sort_keys_s", "torch_sort_s", "merge_mapped_s", "merge_read_s"]
+    cols = ["structure_s", "factored_s", "by_size_s", "by_size_cold_s", "by_size_cold_cpu_s", "sort_keys_s", "torch_sort_s", "merge_mapped_s", "merge_read_s"]
     print("\n| N | nnz | factor entries | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 3) + "|")
     for r in rows:
@@ -136,8 +183,8 @@ def main(argv=None) -> int:
               + " | ".join(f"{_exponent(rows, c):.2f}" for c in cols) + " |")
         print("| exponent in its input | | | " + f"{_exponent(rows, 'structure_s', 'nnz'):.2f} | "
               + f"{_exponent(rows, 'factored_s', 'factor_entries'):.2f} | "
-              + " | | " + " | ".join(f"{_exponent(rows, c, 'nnz'):.2f}" for c in cols[3:5]) + " | | |")
-    impls = ("structure", "factored", "by_size", "sort_keys", "torch_sort", "merge_mapped", "merge_read")
+              + " | | | " + " | ".join(f"{_exponent(rows, c, 'nnz'):.2f}" for c in cols[5:7]) + " | | |")
+    impls = ("structure", "factored", "by_size", "by_size_cold", "sort_keys", "torch_sort", "merge_mapped", "merge_read")
     records = [Record(bench="structure", impl=impl, case={"passages": r["passages"], "nnz": r["nnz"]},
                       seconds=r[f"{impl}_s"], items=r["passages"] if impl.startswith("merge") else r["nnz"],
                       runs=args.repeat, peak_mib=float("nan"))

@@ -37,6 +37,25 @@ def closed_relation_pairs(relation: Tensor, num_columns: int) -> Tensor:
     return torch.stack([keys // num_columns, keys % num_columns])
 
 
+def row_pair_positions(rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+    """Every pair of entries that share a row, as positions ``(i, j)``, ``i < j``, int64 ``[m]``
+    each, ``m = sum_rows n_row (n_row - 1) / 2``.
+
+    Args:
+        rows: int64 ``[nnz]`` row of each entry, sorted.
+    """
+    dev = rows.device
+    counts = torch.bincount(rows, minlength=num_rows)
+    start = torch.cumsum(counts, 0).sub_(counts)  # [num_rows]
+    position = torch.arange(rows.numel(), device=dev)
+    after = (start + counts).index_select(0, rows).sub_(position).sub_(1)  # entries after each one in its row
+    total = int(after.sum())
+    left = torch.repeat_interleave(position, after, output_size=total)
+    first = torch.cumsum(after, 0).sub_(after)
+    right = torch.arange(total, device=dev).sub_(torch.repeat_interleave(first, after, output_size=total))
+    return left, right.add_(left).add_(1)
+
+
 def row_pairs(pairs: Tensor, num_rows: int) -> Tensor:
     """Every pair of entries that share a row: ``(row, col_i, col_j)`` for ``i < j`` in the row's
     order, int64 ``[3, m]`` with ``m = sum_rows n_row (n_row - 1) / 2``.
@@ -44,39 +63,46 @@ def row_pairs(pairs: Tensor, num_rows: int) -> Tensor:
     Args:
         pairs: int64 ``[2, nnz]`` (row, column) pairs sorted by row then column, unique.
     """
-    rows, cols = pairs[0], pairs[1]
-    dev = pairs.device
-    counts = torch.bincount(rows, minlength=num_rows)
-    start = torch.cumsum(counts, 0) - counts  # [num_rows]
-    position = torch.arange(rows.numel(), device=dev)
-    after = start[rows] + counts[rows] - 1 - position  # entries after each one in its row
-    total = int(after.sum())
-    left = torch.repeat_interleave(position, after, output_size=total)
-    rank = torch.arange(total, device=dev) - torch.repeat_interleave(torch.cumsum(after, 0) - after, after,
-                                                                      output_size=total)
-    right = left + 1 + rank
-    return torch.stack([rows[left], cols[left], cols[right]])
+    left, right = row_pair_positions(pairs[0], num_rows)
+    return torch.stack([pairs[0].index_select(0, left), pairs[1].index_select(0, left), pairs[1].index_select(0, right)])
 
 
 #: 63-bit words per neighbourhood signature (63 W bits: fewer pairs pass by chance when rows are long)
 SIGNATURE_WORDS = 4
 
 
-def neighbour_signatures(closed: Tensor, num_columns: int, words: int = SIGNATURE_WORDS) -> Tensor:
-    """int64 ``[C, words]``: for each row of ``I + N``, the OR of one bit (of ``63 * words``, by a
-    hash) per column in it. Two rows that share a column have a common bit, so an all-zero AND
-    rules a pair out without reading either row.
+def signature_bit(cols: Tensor, width: int) -> Tensor:
+    """The signature bit of each column, int64 in ``[0, width)`` (a multiplicative hash)."""
+    return torch.remainder(cols * 2654435761, width)
+
+
+def neighbour_signatures(closed: Tensor, num_columns: int, words: int = SIGNATURE_WORDS,
+                         rows: Tensor | None = None) -> Tensor:
+    """int64 ``[C, words]``: for each row of ``I + N``, the OR of one bit (of ``63 * words``,
+    :func:`signature_bit`) per column in it. Two rows that share a column have a common bit, so an
+    all-zero AND rules a pair out without reading either row.
+
+    Args:
+        rows: optional bool ``[C]``: only those rows, in order (``[rows.sum(), words]``; row ``i``
+            is the ``i``-th selected one).
 
     Shapes:
         closed int64 ``[2, n]`` -> ``[C, words]``.
     """
     width = 63 * words  # the sign bit of each word stays clear
-    bit = torch.remainder(closed[1] * 2654435761, width)  # [n]
-    keys = unique_keys(closed[0] * width + bit, inplace=True)  # each (row, bit) once: a sum is then an OR
+    row, col = closed[0], closed[1]
+    count = num_columns
+    if rows is not None:
+        keep = rows.index_select(0, row).nonzero().squeeze(1)
+        compact = torch.cumsum(rows, 0).sub_(1)
+        row, col = compact.index_select(0, row.index_select(0, keep)), col.index_select(0, keep)
+        count = int(rows.sum())
+    keys = unique_keys(row * width + signature_bit(col, width), inplace=True)  # each (row, bit) once: a sum is an OR
     bit = keys % width
-    flat = torch.zeros(num_columns * words, dtype=torch.int64, device=closed.device)
-    flat.index_add_(0, keys // width * words + bit // 63, torch.bitwise_left_shift(torch.ones_like(keys), bit % 63))
-    return flat.view(num_columns, words)
+    flat = torch.zeros(count * words, dtype=torch.int64, device=closed.device)
+    slot = keys.div_(width, rounding_mode="floor").mul_(words).add_(bit // 63)
+    flat.index_add_(0, slot, torch.bitwise_left_shift(torch.ones_like(bit), bit.remainder_(63)))
+    return flat.view(count, words)
 
 
 def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int) -> tuple[Tensor, Tensor]:
@@ -86,7 +112,8 @@ def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int)
     Only entries whose column takes part in the relation (has a related column, or is one) can
     share a reached column with another entry of their row, and only pairs whose rows of ``I + N``
     share a signature bit (:func:`neighbour_signatures`) can share a column, so only those pairs
-    are probed.
+    are probed; of the shorter row's columns, only those whose bit is in the longer row's
+    signature are looked up in it.
 
     Args:
         pairs: int64 ``[2, nnz]`` pairs of ``R``, sorted by row then column, unique.
@@ -105,24 +132,35 @@ def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int)
     torch.cumsum(torch.bincount(closed[0], minlength=num_columns), 0, out=crow[1:])
     length = crow[1:] - crow[:-1]  # [C] >= 1 (the diagonal)
     involved = (length > 1) | (torch.bincount(closed[1], minlength=num_columns) > 1)
-    kept = pairs[:, involved[pairs[1]]]
-    together = row_pairs(kept, num_rows)  # [3, m] (row, a, b): two involved columns of one row
-    if together.shape[1]:  # a pair whose rows share a column shares that column's signature bit
-        sig = neighbour_signatures(closed, num_columns)
-        together = together[:, (sig.index_select(0, together[1]) & sig.index_select(0, together[2])).ne(0).any(1)]
-    if not together.shape[1]:
+    keep = involved.index_select(0, pairs[1]).nonzero().squeeze(1)
+    row, col = pairs[0].index_select(0, keep), pairs[1].index_select(0, keep)  # entries of involved columns
+    left, right = row_pair_positions(row, num_rows)  # two involved columns of one row
+    if not left.numel():
         return empty
-    row, a, b = together
-    short = torch.where(length[a] <= length[b], a, b)  # probe the shorter row in the longer one
-    long = torch.where(length[a] <= length[b], b, a)
+    words = SIGNATURE_WORDS
+    sig = neighbour_signatures(closed, num_columns, words, rows=involved)  # [n_involved, words]
+    compact = torch.cumsum(involved, 0).sub_(1)  # [C] row of each involved column in sig
+    a, b = col.index_select(0, left), col.index_select(0, right)
+    shared = sig.index_select(0, compact.index_select(0, a)) & sig.index_select(0, compact.index_select(0, b))
+    ok = shared.ne(0).any(1).nonzero().squeeze(1)  # a pair whose rows share a column shares its bit
+    del shared
+    left, a, b = left.index_select(0, ok), a.index_select(0, ok), b.index_select(0, ok)
+    swap = length.index_select(0, a) > length.index_select(0, b)  # probe the shorter row in the longer one
+    short, long = torch.where(swap, b, a), torch.where(swap, a, b)
     which, common = gather_csr_rows(crow, closed[1], short)  # candidates: the short row's columns
+    bit = signature_bit(common, 63 * words)  # a candidate in the long row has its bit in the long row's signature
+    slot = compact.index_select(0, long.index_select(0, which)).mul_(words).add_(bit // 63)
+    maybe = sig.view(-1).index_select(0, slot).bitwise_right_shift_(bit.remainder_(63)).bitwise_and_(1)
+    maybe = maybe.nonzero().squeeze(1)
+    which, common = which.index_select(0, maybe), common.index_select(0, maybe)
     closed_keys = closed[0] * num_columns + closed[1]  # sorted (closed is row-major, unique)
     probe = long.index_select(0, which).mul_(num_columns).add_(common)
     at = torch.searchsorted(closed_keys, probe).clamp_(max=max(closed_keys.numel() - 1, 0))
-    hit = closed_keys.index_select(0, at) == probe
-    if not bool(hit.any()):
+    hit = (closed_keys.index_select(0, at) == probe).nonzero().squeeze(1)
+    if not hit.numel():
         return empty
-    keys = sort_keys(row.index_select(0, which[hit]).mul_(num_columns).add_(common[hit]), inplace=True)
+    reached = row.index_select(0, left.index_select(0, which.index_select(0, hit)))
+    keys = sort_keys(reached.mul_(num_columns).add_(common.index_select(0, hit)), inplace=True)
     keys, pair_count = torch.unique_consecutive(keys, return_counts=True)
     # a column reached from c columns of the row is hit by c (c - 1) / 2 of its pairs: excess c - 1
     excess = ((torch.sqrt(8.0 * pair_count.double() + 1.0) - 1.0) / 2.0).round().long()
@@ -264,4 +302,5 @@ def expanded_rows(b: SparseChain, rows: Tensor) -> tuple[Tensor, Tensor]:
 
 
 __all__ = ["SparseChain", "closed_relation_pairs", "excess_pairs", "expanded_rows", "factored_incidence",
-           "neighbour_signatures", "row_pairs", "scaled_csr"]
+           "neighbour_signatures", "row_pair_positions", "row_pairs", "scaled_csr",
+           "signature_bit"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hpengine.sparse import SparseChain, expanded_rows, factored_incidence, row_pairs
-from hpengine.sparse._factored import closed_relation_pairs, excess_pairs, neighbour_signatures
+from hpengine.sparse._factored import closed_relation_pairs, excess_pairs, neighbour_signatures, row_pair_positions
 from hpengine.testing import with_devices
 
 
@@ -88,6 +88,21 @@ def test_row_pairs_lists_every_pair_within_a_row():
     pairs = torch.tensor([[0, 0, 0, 2, 2, 3], [1, 4, 6, 0, 9, 5]])
     got = row_pairs(pairs, 4)
     assert got.tolist() == [[0, 0, 0, 2], [1, 1, 4, 0], [4, 6, 6, 9]]
+
+
+def test_row_pair_positions_index_the_pairs_of_row_pairs():
+    pairs = torch.tensor([[0, 0, 0, 2, 2, 3], [1, 4, 6, 0, 9, 5]])
+    left, right = row_pair_positions(pairs[0], 4)
+    assert left.tolist() == [0, 0, 1, 3] and right.tolist() == [1, 2, 2, 4]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_signatures_of_selected_rows_are_those_rows_of_all_signatures(seed):
+    c = 200
+    gen = torch.Generator().manual_seed(seed)
+    closed = closed_relation_pairs(torch.randint(0, c, (2, 500), generator=gen), c)
+    rows = torch.rand(c, generator=gen) < 0.3
+    assert torch.equal(neighbour_signatures(closed, c, rows=rows), neighbour_signatures(closed, c)[rows])
 
 
 def test_excess_of_a_row_reaching_one_column_three_times():
