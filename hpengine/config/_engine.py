@@ -304,6 +304,10 @@ class FusionConfig(EngineConfig):
     # (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages)
     restart_share: float | None = None
     restart_passages: int = 5
+    # with an LLM, whether the members run their own LLM steps (HyperProve's decomposition and hop reads, GRAG's
+    # planner). The fusion's answer is one read of the fused passages either way, so by default they run their
+    # no-LLM modes (docs/methods/fusion.md#llm-mode-first-100-hotpotqa-dev-questions)
+    member_llm: bool = False
     # the members' own settings (their shared fields are the fusion's: setting one here is refused)
     hyperprove: HyperProveConfig = field(default_factory=HyperProveConfig)
     ppr: PPRConfig = field(default_factory=PPRConfig)

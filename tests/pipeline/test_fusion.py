@@ -413,3 +413,42 @@ def test_restarted_ppr_batched_equals_one_by_one(built):
 def test_restart_needs_both_members(kw):
     with pytest.raises(ValueError, match="restart_share"):
         FusionConfig(restart_share=0.1, **kw)
+
+
+class _CountingLLM:
+    """Decomposer + reader stand-in that records every call: plans of one sub-query, answer "Halden"."""
+
+    def __init__(self):
+        self.stats = {"tokens_in": 0, "tokens_out": 0, "fallback": 0}
+        self.decomposed, self.reads = [], []
+
+    def decompose(self, questions):
+        self.decomposed.append(list(questions))
+        return [[q] for q in questions]
+
+    def read(self, questions, facts, final=False, steps=None):
+        self.reads.append((list(questions), final, [list(f) for f in facts]))
+        return ["Halden" for _ in questions]
+
+
+def test_with_an_llm_the_members_run_without_it_and_the_fused_passages_are_read_once(built):
+    index, encoder, questions = built
+    llm = _CountingLLM()
+    engine = Engine(index, encoder, config=FusionConfig(), decomposer=llm, reader=llm)
+    preds = engine.answer(questions)
+    assert llm.decomposed == []  # HyperProve's no-LLM hops: no decomposition, no hop reads
+    assert len(llm.reads) == 1 and llm.reads[0][0] == questions and llm.reads[0][1] is True
+    width = engine.config.reader_passages
+    expected = [engine.steps.passage_texts(torch.tensor([p.passages[:width]]))[0] for p in preds]
+    assert llm.reads[0][2] == [list(e) for e in expected]  # the fused top passages
+    assert [p.answer for p in preds] == ["Halden"] * len(questions)
+    plain = Engine(index, encoder, config=FusionConfig()).answer(questions)
+    assert [p.passages for p in preds] == [p.passages for p in plain]  # the no-LLM fusion's ranking
+
+
+def test_member_llm_lets_the_members_run_their_llm_steps(built):
+    index, encoder, questions = built
+    llm = _CountingLLM()
+    Engine(index, encoder, config=FusionConfig(member_llm=True), decomposer=llm, reader=llm).answer(questions)
+    assert llm.decomposed == [questions]  # HyperProve decomposed the batch
+    assert sum(final for _, final, _ in llm.reads) == 2  # HyperProve's final read and the fusion's

@@ -15,7 +15,9 @@ are then fused for all questions at once on the device:
   other members, then the lead's other passages (:func:`~hpengine.retrieval.lead_then_fill`).
 
 The prediction's chain keeps each member's evidence, labelled by method in ``notes``; the answer
-is the engine's (LLM: a read of the fused top passages; no LLM: the best bridge of their facts).
+is the engine's (LLM: one read of the fused top passages; no LLM: the best bridge of their facts).
+With an LLM, the members run their no-LLM modes unless ``member_llm`` is set: their own LLM steps
+(HyperProve's decomposition and hop reads) would cost calls whose answers the fusion does not use.
 """
 from __future__ import annotations
 
@@ -127,18 +129,25 @@ class MemberSteps:
     config, everything else the shared steps' own (fact index, lookups, models, timer, stats), and
     the dense passage ranking of the batch's questions computed once per width for all members.
 
-    Only ``config`` differs from the shared steps, and a member's shared fields are the fusion's
-    (:func:`member_config`), so the shared steps' methods, which read the shared fields, serve the
-    member as they serve the fusion.
+    Only ``config`` and, with ``llm`` False, the models differ from the shared steps, and a
+    member's shared fields are the fusion's (:func:`member_config`), so the shared steps' methods,
+    which read the shared fields, serve the member as they serve the fusion. With ``llm`` False the
+    member sees no decomposer and no reader: it runs its no-LLM mode.
     """
 
-    def __init__(self, steps, config: EngineConfig, cache: dict):
+    def __init__(self, steps, config: EngineConfig, cache: dict, llm: bool = True):
         self._steps = steps
         self.config = config
         self._cache = cache
+        self.decomposer = steps.decomposer if llm else None
+        self.reader = steps.reader if llm else None
 
     def __getattr__(self, name):
         return getattr(self._steps, name)
+
+    @property
+    def use_llm(self) -> bool:
+        return self.reader is not None
 
     def dense_passages(self, query_emb: Tensor, k: int) -> Tensor:
         return self.dense_passages_scored(query_emb, k)[1]
@@ -190,7 +199,7 @@ class FusionRetriever(Retriever):
             weight = cfg.weight(name)
             if weight > 0:
                 cls = get_retriever(name)
-                view = MemberSteps(steps, member_config(cfg, name, cls.config_class), self._cache)
+                view = MemberSteps(steps, member_config(cfg, name, cls.config_class), self._cache, cfg.member_llm)
                 self.members[name] = (cls(view), weight)
 
     def llm_components(self) -> list:
