@@ -10,7 +10,12 @@ Members: HyperProve, PPR and dense at their defaults, 10 passages each, no LLM. 
 rules ``lead_then_fill`` / ``rrf`` / ``score`` with ``rrf_k`` in {0, 1, 60} and the weight sets of
 ``GRID``. Prints R@2 / R@5 per candidate beside the members alone; ``--label`` saves the JSON in
 ``benchmarks/results/``. ``--restart-share X`` runs PPR restarted partly at HyperProve's passages
-(``engine.restart_share``), so "ppr" is then that walk.
+(``engine.restart_share``), so "ppr" is then that walk. ``--link-grid`` sweeps the links followed
+after the default rule instead (``engine.link_anchors`` / ``engine.link_moves``, ``LINK_GRID``;
+row 0: none).
+
+    python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
+        --restart-share 0.1 --link-grid --threads 2 --label fusion_links_musique_e5
 """
 from __future__ import annotations
 
@@ -89,12 +94,13 @@ def member_outputs(engine, questions, batch_size: int) -> list:
 
 
 def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_passages: int,
-             lead: str = "dense") -> torch.Tensor:
+             lead: str = "dense", link_anchors: int = 0, link_moves: int = 1) -> torch.Tensor:
     """``[Q, passage_width]`` fused ids of every batch with this candidate (the method's ``_fuse``)."""
     fusion = engine.retriever
     members = dict(fusion.members)
     fusion.config = dataclasses.replace(fusion.config, rule=rule, rrf_k=rrf_k, weights=list(weights),
-                                        lead_passages=lead_passages, lead=lead, restart_share=0.0)  # members ran
+                                        lead_passages=lead_passages, lead=lead, restart_share=0.0,  # members ran
+                                        link_anchors=link_anchors, link_moves=link_moves)
     fusion.members = {n: (members[n][0], w) for n, w in zip(MEMBERS, weights) if w > 0}
     try:
         out = []
@@ -106,6 +112,9 @@ def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_pass
         return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in out])
     finally:
         fusion.members = members
+#: (link_anchors, link_moves) after the default rule (lead_then_fill, k 1, weights 1, 2, 1, dense x 1)
+LINK_GRID = [(0, 1), (1, 1), (1, 2), (1, 3), (1, 10), (2, 1), (2, 2), (2, 3), (2, 10), (3, 1), (3, 2), (3, 10)]
+DEFAULT_RULE = ("lead_then_fill", 1.0, (1, 2, 1), 1)
 
 
 def main(argv=None) -> int:
@@ -120,6 +129,7 @@ def main(argv=None) -> int:
                     help="GRID row run end to end as retriever=fusion (default: the best R@5)")
     ap.add_argument("--restart-share", type=float, default=0.0,
                     help="engine.restart_share: PPR restarted partly at HyperProve's passages (0: off)")
+    ap.add_argument("--link-grid", action="store_true", help="sweep LINK_GRID after the default rule instead of GRID")
     ap.add_argument("--label", default="")
     args = ap.parse_args(argv)
     if args.threads:
@@ -146,17 +156,20 @@ def main(argv=None) -> int:
         ranked = torch.cat([torch.nn.functional.pad(o[name].ranked, (0, 10 - o[name].ranked.shape[1]), value=-1)
                             for o, _ in batches])
         report["members"][name] = recalls(index, questions, ranked)
-    for rule, k, weights, lead_passages, *lead in GRID:
-        lead = lead[0] if lead else "dense"
+    grid = [(*DEFAULT_RULE, "dense", a, m) for a, m in LINK_GRID] if args.link_grid else \
+        [(rule, k, w, n, *(lead or ["dense"]), 0, 1) for rule, k, w, n, *lead in GRID]
+    for rule, k, weights, lead_passages, lead, anchors, moves in grid:
         start = time.perf_counter()
-        fused = fuse_all(engine, batches, rule, k, weights, lead_passages, lead)
+        fused = fuse_all(engine, batches, rule, k, weights, lead_passages, lead, anchors, moves)
         row = {"rule": rule, "rrf_k": k, "weights": list(weights), "lead_passages": lead_passages, "lead": lead,
+               "link_anchors": anchors, "link_moves": moves,
                **recalls(index, questions, fused), "fuse_seconds": round(time.perf_counter() - start, 3)}
         report["grid"].append(row)
-    best = args.verify if args.verify >= 0 else max(range(len(GRID)), key=lambda i: report["grid"][i]["recall@5"])
-    rule, k, weights, lead_passages, *lead = GRID[best]
+    best = args.verify if args.verify >= 0 else max(range(len(grid)), key=lambda i: report["grid"][i]["recall@5"])
+    rule, k, weights, lead_passages, lead, anchors, moves = grid[best]
     cfg = FusionConfig(members=list(MEMBERS), rule=rule, rrf_k=k, weights=list(weights), lead_passages=lead_passages,
-                       lead=lead[0] if lead else "dense", restart_share=args.restart_share if weights[1] > 0 else 0.0)
+                       lead=lead, restart_share=args.restart_share if weights[1] > 0 else 0.0,
+                       link_anchors=anchors, link_moves=moves)
     res = evaluate(Engine(index, encoder, RetrievalConfig(), cfg), questions, EvalConfig(batch_size=args.batch_size),
                    progress=False)
     report["verified"] = {"row": best, "recall@2": res["recall@2"], "recall@5": res["recall@5"],
@@ -164,14 +177,15 @@ def main(argv=None) -> int:
                           "equal_to_sweep": (res["recall@2"], res["recall@5"]) ==
                           (report["grid"][best]["recall@2"], report["grid"][best]["recall@5"])}
     lines = [f"{args.index}: {len(questions)} questions; members run once in {members_s:.1f} s",
-             "| run | rule | k | weights (hp, ppr, dense) | lead | R@2 | R@5 |", "|---|---|---:|---|---|---:|---:|"]
+             "| run | rule | k | weights (hp, ppr, dense) | lead | links (anchors, moves) | R@2 | R@5 |",
+             "|---|---|---:|---|---|---|---:|---:|"]
     for name, r in report["members"].items():
-        lines.append(f"| {name} alone | | | | | {r['recall@2']:.4f} | {r['recall@5']:.4f} |")
-    for i, row in enumerate(report["grid"]):
-        mark = " (default)" if i == 0 else ""
+        lines.append(f"| {name} alone | | | | | | {r['recall@2']:.4f} | {r['recall@5']:.4f} |")
+    for row in report["grid"]:
         lead = f"{row['lead']} × {row['lead_passages']}" if row["rule"] == "lead_then_fill" else ""
-        lines.append(f"| fusion{mark} | {row['rule']} | {row['rrf_k']:g} | {', '.join(map(str, row['weights']))} | "
-                     f"{lead} | {row['recall@2']:.4f} | {row['recall@5']:.4f} |")
+        links = f"{row['link_anchors']}, {row['link_moves']}" if row["link_anchors"] else "none"
+        lines.append(f"| fusion | {row['rule']} | {row['rrf_k']:g} | {', '.join(map(str, row['weights']))} | "
+                     f"{lead} | {links} | {row['recall@2']:.4f} | {row['recall@5']:.4f} |")
     v = report["verified"]
     lines.append(f"end to end (row {best}): R@2 {v['recall@2']:.4f} R@5 {v['recall@5']:.4f}, "
                  f"{v['questions_per_second']:.1f} q/s; equal to the sweep: {v['equal_to_sweep']}")

@@ -119,6 +119,66 @@ def lead_then_fill(lead: Tensor, fill: Tensor, width: int) -> Tensor:
     return compact(merged, first_occurrence(merged), width)
 
 
+def linked_passages(anchors: Tensor, candidates: Tensor, passage_crow: Tensor, passage_facts: Tensor,
+                    fact_crow: Tensor, fact_col: Tensor, home_crow: Tensor, home_col: Tensor,
+                    num_passages: int) -> Tensor:
+    """Whether each candidate is linked from one of its question's anchors: the home passage of an
+    entity that a fact of the anchor names (docs/methods/fusion.md#following-the-first-passages-links).
+
+    Args:
+        anchors: int64 ``[Q, A]`` passage ids, ``-1`` padded.
+        candidates: int64 ``[Q, W]`` passage ids, ``-1`` padded.
+        passage_crow, passage_facts: CSR ``[P, H]`` of each passage's facts.
+        fact_crow, fact_col: CSR ``[H, V]`` of each fact's entities.
+        home_crow, home_col: CSR ``[V, P]`` of each entity's home passages.
+        num_passages: P.
+
+    Returns:
+        bool ``[Q, W]`` (False for padding and for a candidate that is one of its own anchors).
+
+    Example:
+        >>> crow = torch.tensor([0, 1, 1, 1]); col = torch.tensor([0])  # passage 0 holds fact 0
+        >>> fe = (torch.tensor([0, 1]), torch.tensor([0]))  # fact 0 names entity 0
+        >>> homes = (torch.tensor([0, 1]), torch.tensor([2]))  # entity 0's home is passage 2
+        >>> linked_passages(torch.tensor([[0]]), torch.tensor([[1, 2]]), crow, col, *fe, *homes, 3)
+        tensor([[False,  True]])
+    """
+    q, a = anchors.shape
+    question = torch.arange(q, device=anchors.device).repeat_interleave(a)  # [Q * A]
+    at, fact = gather_csr_rows(passage_crow, passage_facts, anchors.reshape(-1))
+    at2, entity = gather_csr_rows(fact_crow, fact_col, fact)
+    at3, home = gather_csr_rows(home_crow, home_col, entity)
+    owner = question.index_select(0, at.index_select(0, at2.index_select(0, at3)))
+    keys = torch.unique(owner * num_passages + home)  # sorted (question, linked passage)
+    probe = torch.arange(q, device=anchors.device).unsqueeze(1) * num_passages + candidates.clamp_min(0)
+    if keys.numel():
+        pos = torch.searchsorted(keys, probe).clamp_(max=keys.numel() - 1)
+        found = keys[pos] == probe
+    else:
+        found = torch.zeros_like(candidates, dtype=torch.bool)
+    own = (candidates.unsqueeze(2) == anchors.unsqueeze(1)).any(2)
+    return found & (candidates >= 0) & ~own
+
+
+def follow_links(ranked: Tensor, linked: Tensor, anchors: int, moves: int) -> Tensor:
+    """A ranking with its first ``anchors`` entries kept, then its first ``moves`` linked entries
+    after them (in their order), then every other entry in its order.
+
+    Shapes:
+        ranked int64 ``[Q, W]``, linked bool ``[Q, W]`` -> int64 ``[Q, W]``.
+
+    Example:
+        >>> follow_links(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[False, False, True, True]]), 1, 1)
+        tensor([[5, 7, 6, 8]])
+    """
+    w = ranked.shape[1]
+    position = torch.arange(w, device=ranked.device).expand_as(ranked)
+    movable = linked & (position >= anchors)
+    moved = movable & (torch.cumsum(movable.long(), dim=1) <= moves)
+    key = torch.where(position < anchors, position, torch.where(moved, anchors - 1, w) + position)
+    return ranked.gather(1, torch.argsort(key, dim=1, stable=True))
+
+
 def lead_passages(lead_facts: Tensor, fact_passage: Tensor, ranked: Tensor, count: int) -> Tensor:
     """Put the first ``count`` distinct passages of ``lead_facts`` ahead of a ranking (duplicates
     removed, width kept).

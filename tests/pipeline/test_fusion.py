@@ -173,10 +173,11 @@ def test_rrf_and_lead_then_fill_equal_the_reference_over_the_members_own_ranking
     alone = _member_rankings(index, encoder, questions, member_width)
     weights, k = [1.0, 0.5, 2.0], 3.0
     rrf = Engine(index, encoder, config=FusionConfig(rule="rrf", weights=weights, rrf_k=k, passage_width=width,
-                                                     member_width=member_width, restart_share=0)).answer(questions)
+                                                     member_width=member_width, restart_share=0,
+                                                     link_anchors=0)).answer(questions)
     ltf = Engine(index, encoder, config=FusionConfig(rule="lead_then_fill", lead_passages=2, weights=weights, rrf_k=k,
                                                      passage_width=width, member_width=member_width,
-                                                     restart_share=0)).answer(questions)
+                                                     restart_share=0, link_anchors=0)).answer(questions)
     for i, (r, t) in enumerate(zip(rrf, ltf)):
         lists = [alone[n][i] for n in members]
         expected, score = _rrf_reference(lists, weights, k, width)
@@ -196,8 +197,8 @@ def test_score_rule_equals_the_reference(built):
     members, width = ["hyperprove", "ppr", "dense"], 10
     alone = _member_rankings(index, encoder, questions, width)
     weights = [1.0, 2.0, 1.5]
-    fused = Engine(index, encoder, config=FusionConfig(rule="score", weights=weights,
-                                                       restart_share=0)).answer(questions)
+    fused = Engine(index, encoder, config=FusionConfig(rule="score", weights=weights, restart_share=0,
+                                                       link_anchors=0)).answer(questions)
     emb = encoder.encode(questions, kind="query").double()
     cos = emb @ index.passage_emb.double().t()  # [Q, P]: the dense member's cosines
     for i, pred in enumerate(fused):
@@ -273,6 +274,8 @@ def test_engine_config_and_names(built):
     (dict(rrf_k=float("inf")), ValueError, r"engine.rrf_k must be a finite number"),
     (dict(member_width=1001), ValueError, r"engine.member_width must be <= 1000"),
     (dict(lead_passages=0), ValueError, r"engine.lead_passages must be >= 1"),
+    (dict(link_anchors=-1), ValueError, r"engine.link_anchors must be >= 0"),
+    (dict(link_moves=0), ValueError, r"engine.link_moves must be >= 1"),
     (dict(rule="lead_then_fill", lead="grag"), ValueError, r"engine.lead must be one of engine.members"),
     (dict(rule="lead_then_fill", weights=[1, 1, 0]), ValueError, r"gives the lead 'dense' weight 0"),
     (dict(ppr=PPRConfig(passage_width=3)), ValueError, r"engine.ppr.passage_width is a shared setting.*\(got 3\)"),
@@ -452,3 +455,61 @@ def test_member_llm_lets_the_members_run_their_llm_steps(built):
     Engine(index, encoder, config=FusionConfig(member_llm=True), decomposer=llm, reader=llm).answer(questions)
     assert llm.decomposed == [questions]  # HyperProve decomposed the batch
     assert sum(final for _, final, _ in llm.reads) == 2  # HyperProve's final read and the fusion's
+
+
+# ------------------------------------------------- following the first passages' links
+def _links_reference(index) -> list:
+    """Per passage, the set of passages it links to: homes of the entities its facts name (itself
+    excluded), from Python lists."""
+    lk = index.lookups
+    home = {}
+    for e, (lo, hi) in enumerate(zip(lk.home_crow.tolist()[:-1], lk.home_crow.tolist()[1:])):
+        home[e] = lk.home_col.tolist()[lo:hi]
+    names = [set() for _ in range(index.num_passages)]
+    for f, e in index.fact_entity_raw.t().tolist():
+        names[int(index.fact_passage[f])].add(e)
+    return [{h for e in es for h in home[e]} - {p} for p, es in enumerate(names)]
+
+
+def _follow_reference(row: list, links: list, anchors: int, moves: int) -> list:
+    lead, rest = row[:anchors], row[anchors:]
+    linked = [p for p in rest if p >= 0 and any(p in links[a] for a in lead if a >= 0)][:moves]
+    return lead + linked + [p for p in rest if p not in linked]
+
+
+@pytest.mark.parametrize("anchors, moves", [(1, 1), (1, 3), (2, 2), (3, 10)])
+def test_linked_passages_and_follow_links_equal_the_reference(built, anchors, moves):
+    from hpengine.retrieval import follow_links, linked_passages
+
+    index = built[0]
+    links = _links_reference(index)
+    lk = index.lookups
+    gen = torch.Generator().manual_seed(anchors * 10 + moves)
+    rows = torch.stack([torch.randperm(index.num_passages, generator=gen)[:8] for _ in range(30)])
+    rows[::4, 5:] = -1  # padded rows
+    rows[1::5, 0] = -1  # a padded anchor
+    linked = linked_passages(rows[:, :anchors], rows, lk.passage_crow, lk.passage_facts,
+                             *lk.extracted_incidence(), lk.home_crow, lk.home_col, index.num_passages)
+    for row, got in zip(rows.tolist(), linked.tolist()):
+        want = [p >= 0 and p not in row[:anchors] and any(p in links[a] for a in row[:anchors] if a >= 0)
+                for p in row]
+        assert got == want
+    assert any(map(any, linked.tolist()))  # the built-in corpus has links to follow
+    out = follow_links(rows, linked, anchors, moves)
+    for row, got in zip(rows.tolist(), out.tolist()):
+        assert got == _follow_reference(row, links, anchors, moves)
+
+
+def test_fusion_follows_the_first_passages_links_after_the_rule(built):
+    index, encoder, questions = built
+    links = _links_reference(index)
+    rule_only = Engine(index, encoder, config=FusionConfig(link_anchors=0)).answer(questions)
+    linked = Engine(index, encoder, config=FusionConfig()).answer(questions)
+    cfg = FusionConfig()
+    assert (cfg.link_anchors, cfg.link_moves) == (1, 3)  # the default (fusion_sweep.py --link-grid)
+    moved = 0
+    for r, f in zip(rule_only, linked):
+        want = _follow_reference(r.passages, links, cfg.link_anchors, cfg.link_moves)
+        assert f.passages == want
+        moved += want != r.passages
+    assert moved > 0  # the step changed some rankings on the built-in corpus

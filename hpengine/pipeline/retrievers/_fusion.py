@@ -14,6 +14,11 @@ are then fused for all questions at once on the device:
 - ``lead_then_fill``: the lead member's first passages (dense's first), then the RRF fusion of the
   other members, then the lead's other passages (:func:`~hpengine.retrieval.lead_then_fill`).
 
+With two or more members, the fused ranking then follows its first passages' links
+(``link_anchors``, ``link_moves``): the passages they link to (homes of entities their facts name)
+move up behind them (:func:`~hpengine.retrieval.linked_passages`,
+:func:`~hpengine.retrieval.follow_links`).
+
 The prediction's chain keeps each member's evidence, labelled by method in ``notes``; the answer
 is the engine's (LLM: one read of the fused top passages; no LLM: the best bridge of their facts).
 With an LLM, the members run their no-LLM modes unless ``member_llm`` is set: their own LLM steps
@@ -27,7 +32,7 @@ from torch import Tensor
 from hpengine.config import EngineConfig, FusionConfig
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, get_retriever, register_retriever
-from hpengine.retrieval import lead_then_fill
+from hpengine.retrieval import follow_links, lead_then_fill, linked_passages
 
 
 # ------------------------------------------------------------------ fusion ops
@@ -254,6 +259,19 @@ class FusionRetriever(Retriever):
 
     # ------------------------------------------------------------- fusion
     def _fuse(self, outs: dict) -> Tensor:
+        """``[Q, passage_width]`` fused passage ids: the members' rankings fused by the rule, then
+        the first passages' links followed (``link_anchors``)."""
+        ranked = self._fuse_rule(outs)
+        cfg = self.config
+        if cfg.link_anchors == 0 or len(outs) < 2:  # one member's ranking passes through as it is
+            return ranked
+        lk, idx = self.steps.lookups, self.steps.index
+        fact_crow, fact_col = lk.extracted_incidence()
+        linked = linked_passages(ranked[:, : cfg.link_anchors], ranked, lk.passage_crow, lk.passage_facts,
+                                 fact_crow, fact_col, lk.home_crow, lk.home_col, idx.num_passages)
+        return follow_links(ranked, linked, cfg.link_anchors, cfg.link_moves)
+
+    def _fuse_rule(self, outs: dict) -> Tensor:
         """``[Q, passage_width]`` fused passage ids from the members' rankings (rule: config)."""
         cfg = self.config
         names = list(outs)
