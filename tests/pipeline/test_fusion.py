@@ -513,3 +513,36 @@ def test_fusion_follows_the_first_passages_links_after_the_rule(built):
         assert f.passages == want
         moved += want != r.passages
     assert moved > 0  # the step changed some rankings on the built-in corpus
+
+
+def _random_csr(rows: int, cols: int, per_row: int, gen) -> tuple:
+    counts = torch.randint(0, per_row + 1, (rows,), generator=gen)
+    crow = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts, 0)])
+    col = torch.randint(0, cols, (int(crow[-1]),), generator=gen)
+    return crow, col
+
+
+@with_devices
+@pytest.mark.parametrize("seed", range(4))
+def test_link_ops_on_random_graphs_equal_the_reference(device, seed):
+    """Random passage->fact, fact->entity and entity->home CSRs; rows of random candidates."""
+    from hpengine.retrieval import follow_links, linked_passages
+
+    gen = torch.Generator().manual_seed(seed)
+    p, h, v, q, w = 40, 90, 30, 16, 9
+    pf, fe, eh = _random_csr(p, h, 4, gen), _random_csr(h, v, 3, gen), _random_csr(v, p, 2, gen)
+    rows = torch.stack([torch.randperm(p, generator=gen)[:w] for _ in range(q)])
+    rows[::3, 6:] = -1
+    anchors, moves = 1 + seed % 3, 1 + seed
+    links = []
+    for a in range(p):
+        facts = pf[1][pf[0][a]:pf[0][a + 1]].tolist()
+        ents = [e for f in facts for e in fe[1][fe[0][f]:fe[0][f + 1]].tolist()]
+        links.append({x for e in ents for x in eh[1][eh[0][e]:eh[0][e + 1]].tolist()} - {a})
+    on = lambda t: t.to(device)  # noqa: E731
+    linked = linked_passages(on(rows[:, :anchors]), on(rows), *map(on, pf), *map(on, fe), *map(on, eh), p)
+    out = follow_links(on(rows), linked, anchors, moves)
+    for row, got_linked, got in zip(rows.tolist(), linked.cpu().tolist(), out.cpu().tolist()):
+        assert got_linked == [x >= 0 and x not in row[:anchors] and any(x in links[a] for a in row[:anchors] if a >= 0)
+                              for x in row]
+        assert got == _follow_reference(row, links, anchors, moves)
