@@ -512,6 +512,10 @@ def test_fusion_follows_the_first_passages_links_after_the_rule(built):
         want = _follow_reference(r.passages, links, cfg.link_anchors, cfg.link_moves)
         assert f.passages == want
         moved += want != r.passages
+        up = [p for k, p in enumerate(want) if k < r.passages.index(p)]
+        note = [n for n in f.notes if n.startswith("fusion: links of ")]
+        assert note == ([f"fusion: links of {index.passages[want[0]].title!r} moved up "
+                         + ", ".join(repr(index.passages[p].title) for p in up)] if up else [])
     assert moved > 0  # the step changed some rankings on the built-in corpus
 
 

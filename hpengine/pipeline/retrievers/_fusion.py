@@ -219,10 +219,13 @@ class FusionRetriever(Retriever):
         try:
             outs = self._run_members(questions, question_emb)
             with s.timer.stage("fuse"):
-                ranked = self._fuse(outs)
+                by_rule = self._fuse_rule(outs)
+                ranked = self._follow_links(by_rule, len(outs))
         finally:
             self._cache.clear()  # the batch's tensors are not kept
         chains, notes, diagnostics = self._records(questions, outs)
+        if ranked is not by_rule:
+            self._link_notes(notes, by_rule, ranked)
         return Retrieved(ranked, chains=chains, notes=notes, diagnostics=diagnostics)
 
     def _run_members(self, questions: list, question_emb: Tensor) -> dict:
@@ -261,9 +264,13 @@ class FusionRetriever(Retriever):
     def _fuse(self, outs: dict) -> Tensor:
         """``[Q, passage_width]`` fused passage ids: the members' rankings fused by the rule, then
         the first passages' links followed (``link_anchors``)."""
-        ranked = self._fuse_rule(outs)
+        return self._follow_links(self._fuse_rule(outs), len(outs))
+
+    def _follow_links(self, ranked: Tensor, members: int) -> Tensor:
+        """``ranked`` with its first passages' links followed; ``ranked`` itself when the step is
+        off (``link_anchors`` 0) or one member ran (its ranking passes through as it is)."""
         cfg = self.config
-        if cfg.link_anchors == 0 or len(outs) < 2:  # one member's ranking passes through as it is
+        if cfg.link_anchors == 0 or members < 2:
             return ranked
         lk, idx = self.steps.lookups, self.steps.index
         fact_crow, fact_col = lk.extracted_incidence()
@@ -328,6 +335,18 @@ class FusionRetriever(Retriever):
                 if out.diagnostics:
                     diagnostics[i].extend(out.diagnostics[i])
         return chains, notes, diagnostics if any(diagnostics) else None
+
+    def _link_notes(self, notes: list, by_rule: Tensor, ranked: Tensor) -> None:
+        """Per question whose ranking the link step changed, a note naming the anchors and the
+        passages moved up (host text, like the rest of the notes)."""
+        ps, anchors = self.steps.index.passages, self.config.link_anchors
+        for i, (before, after) in enumerate(zip(by_rule.tolist(), ranked.tolist())):
+            if before == after:
+                continue
+            moved = [p for k, p in enumerate(after) if p >= 0 and k < before.index(p)]
+            names = ", ".join(repr(ps[p].title) for p in moved)
+            lead = ", ".join(repr(ps[p].title) for p in after[:anchors] if p >= 0)
+            notes[i].append(f"fusion: links of {lead} moved up {names}")
 
     @staticmethod
     def _member_chains(questions: list, out: Retrieved) -> list:
