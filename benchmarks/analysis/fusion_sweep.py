@@ -12,7 +12,8 @@ rules ``lead_then_fill`` / ``rrf`` / ``score`` with ``rrf_k`` in {0, 1, 60} and 
 ``benchmarks/results/``. ``--restart-share X`` runs PPR restarted partly at HyperProve's passages
 (``engine.restart_share``), so "ppr" is then that walk. ``--link-grid`` sweeps the links followed
 after the default rule instead (``engine.link_anchors`` / ``engine.link_moves``, ``LINK_GRID``;
-row 0: none).
+row 0: none). Every row and member also records the recalls of the even- and odd-numbered
+questions (``halves``; ``link_folds.py`` chooses on one half and checks on the other).
 
     python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
         --restart-share 0.1 --link-grid --threads 2 --label fusion_links_musique_e5
@@ -76,6 +77,12 @@ def recalls(index, questions, ranked: torch.Tensor, ks=(2, 5)) -> dict:
         for k in ks:
             totals[k] += recall_at_k(retrieved, gold, k)
     return {f"recall@{k}": round(v / n, 4) for k, v in totals.items()}
+
+
+def halves(index, questions, ranked: torch.Tensor) -> list:
+    """:func:`recalls` of the even- and of the odd-numbered questions (for choosing on one half and
+    checking on the other: ``link_folds.py``)."""
+    return [recalls(index, questions[h::2], ranked[h::2]) for h in (0, 1)]
 
 
 def member_outputs(engine, questions, batch_size: int) -> list:
@@ -156,6 +163,7 @@ def main(argv=None) -> int:
         ranked = torch.cat([torch.nn.functional.pad(o[name].ranked, (0, 10 - o[name].ranked.shape[1]), value=-1)
                             for o, _ in batches])
         report["members"][name] = recalls(index, questions, ranked)
+        report.setdefault("members_halves", {})[name] = halves(index, questions, ranked)
     grid = [(*DEFAULT_RULE, "dense", a, m) for a, m in LINK_GRID] if args.link_grid else \
         [(rule, k, w, n, *(lead or ["dense"]), 0, 1) for rule, k, w, n, *lead in GRID]
     for rule, k, weights, lead_passages, lead, anchors, moves in grid:
@@ -163,7 +171,8 @@ def main(argv=None) -> int:
         fused = fuse_all(engine, batches, rule, k, weights, lead_passages, lead, anchors, moves)
         row = {"rule": rule, "rrf_k": k, "weights": list(weights), "lead_passages": lead_passages, "lead": lead,
                "link_anchors": anchors, "link_moves": moves,
-               **recalls(index, questions, fused), "fuse_seconds": round(time.perf_counter() - start, 3)}
+               **recalls(index, questions, fused), "halves": halves(index, questions, fused),
+               "fuse_seconds": round(time.perf_counter() - start, 3)}
         report["grid"].append(row)
     best = args.verify if args.verify >= 0 else max(range(len(grid)), key=lambda i: report["grid"][i]["recall@5"])
     rule, k, weights, lead_passages, lead, anchors, moves = grid[best]
