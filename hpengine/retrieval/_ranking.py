@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.sparse import gather_csr_rows
+from hpengine.sparse import gather_csr_rows, unique_keys
 
 # homed bridge candidates score _HOMED_OFFSET + cosine in [1, 3], above any unhomed candidate's
 # support / (1 + support) in (0, 1) (see linked_bridges)
@@ -149,7 +149,7 @@ def linked_passages(anchors: Tensor, candidates: Tensor, passage_crow: Tensor, p
     at2, entity = gather_csr_rows(fact_crow, fact_col, fact)
     at3, home = gather_csr_rows(home_crow, home_col, entity)
     owner = question.index_select(0, at.index_select(0, at2.index_select(0, at3)))
-    keys = torch.unique(owner * num_passages + home)  # sorted (question, linked passage)
+    keys = unique_keys(owner.mul_(num_passages).add_(home), inplace=True)  # sorted (question, linked passage)
     probe = torch.arange(q, device=anchors.device).unsqueeze(1) * num_passages + candidates.clamp_min(0)
     if keys.numel():
         pos = torch.searchsorted(keys, probe).clamp_(max=keys.numel() - 1)

@@ -251,12 +251,11 @@ class FusionRetriever(Retriever):
             ids int64 ``[Q, R]``, mass ``[Q, R]``, ranked int64 ``[Q, W]`` ->
             ``[Q, R + n]`` each, ``n = min(restart_passages, W)``.
         """
-        idx = self.steps.index
         top = ranked[:, : self.config.restart_passages]
         rank = torch.arange(top.shape[1], device=top.device, dtype=torch.float32)
         weight = torch.where(top >= 0, 1.0 / (1.0 + rank), 0.0)
         weight = weight / weight.sum(1, keepdim=True).clamp_min(1e-30)
-        nodes = torch.where(top >= 0, top + idx.num_entities + idx.num_facts, -1)
+        nodes = self.members["ppr"][0].passage_nodes(top)
         mass = torch.cat([mass, self.config.restart() * weight.to(mass.dtype)], dim=1)
         return torch.cat([ids, nodes], dim=1), mass / mass.sum(1, keepdim=True).clamp_min(1e-30)
 

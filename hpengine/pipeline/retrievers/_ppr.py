@@ -82,7 +82,7 @@ class PPRRetriever(Retriever):
             scaled = torch.where(high > low, (cos - low) / (high - low), torch.ones_like(cos))
             keep = pid >= 0
             rows.append(torch.arange(q, device=pid.device).unsqueeze(1).expand_as(pid)[keep])
-            nodes.append(pid[keep] + idx.num_entities + idx.num_facts)
+            nodes.append(self.passage_nodes(pid[keep]))
             weights.append(scaled[keep].float())
         device = question_emb.device
         row = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64, device=device)
@@ -96,6 +96,11 @@ class PPRRetriever(Retriever):
         mass = self._mix(row, node >= idx.num_entities, mass, q)
         keep = mass > 0
         return tuple(pad_rows(row[keep], [node[keep], mass[keep]], q, [-1, 0.0]))
+
+    def passage_nodes(self, passages: Tensor) -> Tensor:
+        """Star-graph node ids of passage ids (passages are nodes ``[V + H, N)``; ``-1`` stays ``-1``)."""
+        idx = self.steps.index
+        return torch.where(passages >= 0, passages + idx.num_entities + idx.num_facts, -1)
 
     def _mix(self, row: Tensor, is_passage: Tensor, mass: Tensor, num_rows: int) -> Tensor:
         """Normalise each question's entity and passage seeds to ``1 - passage_reset`` and
