@@ -12,11 +12,15 @@ rules ``lead_then_fill`` / ``rrf`` / ``score`` with ``rrf_k`` in {0, 1, 60} and 
 ``benchmarks/results/``. ``--restart-share X`` runs PPR restarted partly at HyperProve's passages
 (``engine.restart_share``), so "ppr" is then that walk. ``--link-grid`` sweeps the links followed
 after the default rule instead (``engine.link_anchors`` / ``engine.link_moves``, ``LINK_GRID``;
-row 0: none). Every row and member also records the recalls of the even- and odd-numbered
-questions (``halves``; ``link_folds.py`` chooses on one half and checks on the other).
+row 0: none); ``--named-grid`` sweeps the anchors the question names as well
+(``engine.named_anchors``, ``NAMED_GRID``; row 0: the links without them). Every row and member
+also records the recalls of the even- and odd-numbered questions (``halves``; ``link_folds.py``
+chooses on one half and checks on the other).
 
     python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
         --restart-share 0.1 --link-grid --threads 2 --label fusion_links_musique_e5
+    python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
+        --restart-share 0.1 --named-grid --threads 2 --label fusion_named_musique_e5
 """
 from __future__ import annotations
 
@@ -86,8 +90,8 @@ def halves(index, questions, ranked: torch.Tensor) -> list:
 
 
 def member_outputs(engine, questions, batch_size: int) -> list:
-    """Per batch: the members' ``Retrieved`` (through the fusion's own shared steps) and the
-    fusion retriever's cache (the dense cosines the ``score`` rule reads)."""
+    """Per batch: the members' ``Retrieved`` (through the fusion's own shared steps), the
+    fusion retriever's cache (the dense cosines the ``score`` rule reads) and the question texts."""
     fusion = engine.retriever
     batches = []
     for b in range(0, len(questions), batch_size):
@@ -96,31 +100,35 @@ def member_outputs(engine, questions, batch_size: int) -> list:
         fusion._cache.clear()
         fusion._cache.update(emb=emb, dense={})
         outs = fusion._run_members(texts, emb)  # the method's own: PPR restarted when restart_share > 0
-        batches.append((outs, dict(fusion._cache, dense=dict(fusion._cache["dense"]))))
+        batches.append((outs, dict(fusion._cache, dense=dict(fusion._cache["dense"])), texts))
     return batches
 
 
 def fuse_all(engine, batches, rule: str, rrf_k: float, weights: tuple, lead_passages: int,
-             lead: str = "dense", link_anchors: int = 0, link_moves: int = 1) -> torch.Tensor:
+             lead: str = "dense", link_anchors: int = 0, link_moves: int = 1, named_anchors: int = 0) -> torch.Tensor:
     """``[Q, passage_width]`` fused ids of every batch with this candidate (the method's ``_fuse``)."""
     fusion = engine.retriever
     members = dict(fusion.members)
     fusion.config = dataclasses.replace(fusion.config, rule=rule, rrf_k=rrf_k, weights=list(weights),
                                         lead_passages=lead_passages, lead=lead, restart_share=0.0,  # members ran
-                                        link_anchors=link_anchors, link_moves=link_moves)
+                                        link_anchors=link_anchors, link_moves=link_moves,
+                                        named_anchors=named_anchors)
     fusion.members = {n: (members[n][0], w) for n, w in zip(MEMBERS, weights) if w > 0}
     try:
         out = []
-        for outs, cache in batches:
+        for outs, cache, texts in batches:
             fusion._cache.clear()
             fusion._cache.update(cache)
-            out.append(fusion._fuse({n: outs[n] for n in fusion.members}))
+            out.append(fusion._fuse({n: outs[n] for n in fusion.members}, texts))
         width = max(t.shape[1] for t in out)
         return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in out])
     finally:
         fusion.members = members
 #: (link_anchors, link_moves) after the default rule (lead_then_fill, k 1, weights 1, 2, 1, dense x 1)
 LINK_GRID = [(0, 1), (1, 1), (1, 2), (1, 3), (1, 10), (2, 1), (2, 2), (2, 3), (2, 10), (3, 1), (3, 2), (3, 10)]
+#: (link_anchors, link_moves, named_anchors) after the default rule: the passages the question names as anchors
+NAMED_GRID = [(1, 3, 0), (1, 3, 1), (1, 3, 2), (1, 3, 3), (1, 3, 10), (1, 2, 3), (1, 4, 3), (0, 3, 3), (2, 3, 3),
+              (1, 1, 3), (1, 10, 3)]
 DEFAULT_RULE = ("lead_then_fill", 1.0, (1, 2, 1), 1)
 
 
@@ -137,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--restart-share", type=float, default=0.0,
                     help="engine.restart_share: PPR restarted partly at HyperProve's passages (0: off)")
     ap.add_argument("--link-grid", action="store_true", help="sweep LINK_GRID after the default rule instead of GRID")
+    ap.add_argument("--named-grid", action="store_true", help="sweep NAMED_GRID after the default rule instead of GRID")
     ap.add_argument("--label", default="")
     args = ap.parse_args(argv)
     if args.threads:
@@ -161,24 +170,28 @@ def main(argv=None) -> int:
               "members": {}, "grid": []}
     for name in MEMBERS:
         ranked = torch.cat([torch.nn.functional.pad(o[name].ranked, (0, 10 - o[name].ranked.shape[1]), value=-1)
-                            for o, _ in batches])
+                            for o, _, _ in batches])
         report["members"][name] = recalls(index, questions, ranked)
         report.setdefault("members_halves", {})[name] = halves(index, questions, ranked)
-    grid = [(*DEFAULT_RULE, "dense", a, m) for a, m in LINK_GRID] if args.link_grid else \
-        [(rule, k, w, n, *(lead or ["dense"]), 0, 1) for rule, k, w, n, *lead in GRID]
-    for rule, k, weights, lead_passages, lead, anchors, moves in grid:
+    if args.named_grid:
+        grid = [(*DEFAULT_RULE, "dense", a, m, n) for a, m, n in NAMED_GRID]
+    elif args.link_grid:
+        grid = [(*DEFAULT_RULE, "dense", a, m, 0) for a, m in LINK_GRID]
+    else:
+        grid = [(rule, k, w, n, *(lead or ["dense"]), 0, 1, 0) for rule, k, w, n, *lead in GRID]
+    for rule, k, weights, lead_passages, lead, anchors, moves, named in grid:
         start = time.perf_counter()
-        fused = fuse_all(engine, batches, rule, k, weights, lead_passages, lead, anchors, moves)
+        fused = fuse_all(engine, batches, rule, k, weights, lead_passages, lead, anchors, moves, named)
         row = {"rule": rule, "rrf_k": k, "weights": list(weights), "lead_passages": lead_passages, "lead": lead,
-               "link_anchors": anchors, "link_moves": moves,
+               "link_anchors": anchors, "link_moves": moves, "named_anchors": named,
                **recalls(index, questions, fused), "halves": halves(index, questions, fused),
                "fuse_seconds": round(time.perf_counter() - start, 3)}
         report["grid"].append(row)
     best = args.verify if args.verify >= 0 else max(range(len(grid)), key=lambda i: report["grid"][i]["recall@5"])
-    rule, k, weights, lead_passages, lead, anchors, moves = grid[best]
+    rule, k, weights, lead_passages, lead, anchors, moves, named = grid[best]
     cfg = FusionConfig(members=list(MEMBERS), rule=rule, rrf_k=k, weights=list(weights), lead_passages=lead_passages,
                        lead=lead, restart_share=args.restart_share if weights[1] > 0 else 0.0,
-                       link_anchors=anchors, link_moves=moves)
+                       link_anchors=anchors, link_moves=moves, named_anchors=named)
     res = evaluate(Engine(index, encoder, RetrievalConfig(), cfg), questions, EvalConfig(batch_size=args.batch_size),
                    progress=False)
     report["verified"] = {"row": best, "recall@2": res["recall@2"], "recall@5": res["recall@5"],
@@ -186,13 +199,14 @@ def main(argv=None) -> int:
                           "equal_to_sweep": (res["recall@2"], res["recall@5"]) ==
                           (report["grid"][best]["recall@2"], report["grid"][best]["recall@5"])}
     lines = [f"{args.index}: {len(questions)} questions; members run once in {members_s:.1f} s",
-             "| run | rule | k | weights (hp, ppr, dense) | lead | links (anchors, moves) | R@2 | R@5 |",
+             "| run | rule | k | weights (hp, ppr, dense) | lead | links (anchors, moves, named) | R@2 | R@5 |",
              "|---|---|---:|---|---|---|---:|---:|"]
     for name, r in report["members"].items():
         lines.append(f"| {name} alone | | | | | | {r['recall@2']:.4f} | {r['recall@5']:.4f} |")
     for row in report["grid"]:
         lead = f"{row['lead']} × {row['lead_passages']}" if row["rule"] == "lead_then_fill" else ""
-        links = f"{row['link_anchors']}, {row['link_moves']}" if row["link_anchors"] else "none"
+        links = f"{row['link_anchors']}, {row['link_moves']}, {row['named_anchors']}" \
+            if row["link_anchors"] + row["named_anchors"] else "none"
         lines.append(f"| fusion | {row['rule']} | {row['rrf_k']:g} | {', '.join(map(str, row['weights']))} | "
                      f"{lead} | {links} | {row['recall@2']:.4f} | {row['recall@5']:.4f} |")
     v = report["verified"]

@@ -1,17 +1,21 @@
 """Does the link setting chosen on some questions hold on others? A two-fold check of
-``engine.link_anchors`` / ``engine.link_moves`` on the six dev cells (three datasets x two
-encoders), from the saved ``fusion_sweep.py --link-grid`` results (their ``halves``: recalls of the
-even- and odd-numbered questions).
+``engine.link_anchors`` / ``engine.link_moves`` (and ``engine.named_anchors``) on the six dev cells
+(three datasets x two encoders), from the saved ``fusion_sweep.py --link-grid`` (or
+``--named-grid``) results (their ``halves``: recalls of the even- and odd-numbered questions).
 
     python benchmarks/analysis/link_folds.py          # reads benchmarks/results/fusion_links_*_{e5,minilm}.json
+    python benchmarks/analysis/link_folds.py --prefix fusion_named   # the --named-grid results
 
-For each half: the setting with the best worst cell of (R@5 - the best member's R@5 on that half;
+First, every setting on all the questions: its worst cell of (R@5 - the best single method's R@5,
+each method alone as ``fusion_sweep.py`` without ``--restart-share`` ran it), whether its R@2 is at
+or above dense's in every cell, and its means. Then for each half: the setting with the best worst cell of (R@5 - the best member's R@5 on that half;
 the members as the sweep ran them, PPR restarted), among settings whose R@2 is at or above dense's
 in every cell, ties by the mean of R@2 and R@5; then that setting's R@5 on the *other* half beside
-the ranking without links (row 0).
+row 0 of the grid (no links; with ``--named-grid``: the links without named anchors).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,7 +27,7 @@ CELLS = [(d, e) for e in ("e5", "minilm") for d in ("musique", "2wikimultihopqa"
 
 
 def choose(runs: dict, half: int) -> tuple:
-    """(anchors, moves) chosen on ``half`` by the worst cell, and its score."""
+    """(anchors, moves, named) chosen on ``half`` by the worst cell, and its score."""
     best = None
     for i, row in enumerate(runs[CELLS[0]]["grid"]):
         worst, mean, ok = float("inf"), 0.0, True
@@ -36,12 +40,37 @@ def choose(runs: dict, half: int) -> tuple:
             ok &= r["recall@2"] >= members["dense"][half]["recall@2"]
         key = (ok, worst, mean)
         if best is None or key > best[0]:
-            best = (key, i, (row["link_anchors"], row["link_moves"]))
+            best = (key, i, (row["link_anchors"], row["link_moves"], row.get("named_anchors", 0)))
     return best
 
 
-def main() -> int:
-    runs = {cell: json.loads(result_path(f"fusion_links_{cell[0]}_{cell[1]}").read_text()) for cell in CELLS}
+def whole_table(runs: dict) -> list:
+    """Per setting, on every question: (worst cell, R@2 >= dense everywhere, mean R@5, mean R@2,
+    setting, per-cell R@2 / R@5), best first by the criterion."""
+    alone = {cell: json.loads(result_path(f"fusion_sweep_{cell[0]}_{cell[1]}").read_text())["members"]
+             for cell in CELLS}
+    rows = []
+    for i, row in enumerate(runs[CELLS[0]]["grid"]):
+        got = [runs[cell]["grid"][i] for cell in CELLS]
+        worst = min(g["recall@5"] - max(m["recall@5"] for m in alone[c].values()) for g, c in zip(got, CELLS))
+        ok = all(g["recall@2"] >= alone[c]["dense"]["recall@2"] for g, c in zip(got, CELLS))
+        m5 = sum(g["recall@5"] for g in got) / len(CELLS)
+        m2 = sum(g["recall@2"] for g in got) / len(CELLS)
+        setting = (row["link_anchors"], row["link_moves"], row.get("named_anchors", 0))
+        rows.append((round(worst, 4), ok, round(m5, 4), round(m2, 4), setting,
+                     " ".join(f"{g['recall@2']:.3f}/{g['recall@5']:.3f}" for g in got)))
+    return sorted(rows, key=lambda r: (not r[1], -r[0], -(r[2] + r[3])))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prefix", default="fusion_links", help="the sweep results' label before _<dataset>_<encoder>")
+    args = ap.parse_args(argv)
+    runs = {cell: json.loads(result_path(f"{args.prefix}_{cell[0]}_{cell[1]}").read_text()) for cell in CELLS}
+    print("every question; cells " + ", ".join(f"{d} {e}" for d, e in CELLS) + " (R@2/R@5)")
+    for worst, ok, m5, m2, setting, cells in whole_table(runs):
+        print(f"  {setting}: worst R@5 - best method {100 * worst:+.2f} points, R@2 >= dense: {ok}, "
+              f"mean R@5 {m5:.4f}, mean R@2 {m2:.4f} | {cells}")
     for half in (0, 1):
         (ok, worst, mean), i, setting = choose(runs, half)
         other = 1 - half
@@ -50,7 +79,7 @@ def main() -> int:
         for cell in CELLS:
             none = runs[cell]["grid"][0]["halves"][other]["recall@5"]
             got = runs[cell]["grid"][i]["halves"][other]["recall@5"]
-            print(f"  {cell[0]:16s} {cell[1]:6s} other half R@5: no links {none:.4f} -> {got:.4f} ({got - none:+.4f})")
+            print(f"  {cell[0]:16s} {cell[1]:6s} other half R@5: row 0 {none:.4f} -> {got:.4f} ({got - none:+.4f})")
     return 0
 
 

@@ -308,12 +308,14 @@ class FusionConfig(EngineConfig):
     # planner). The fusion's answer is one read of the fused passages either way, so by default they run their
     # no-LLM modes (docs/methods/fusion.md#llm-mode-first-100-hotpotqa-dev-questions)
     member_llm: bool = False
-    # following the first passages' links: the fused ranking keeps its first link_anchors passages, then moves
-    # up its first link_moves passages that they link to (the home of an entity a fact of theirs names), the
-    # rest in order; 0 anchors: off. 1 and 3: chosen by fusion_sweep.py --link-grid over the six dev cells
+    # following the anchors' links: the fused ranking keeps its first link_anchors passages, then up to
+    # named_anchors passages of it whose title the question names, then moves up its first link_moves passages
+    # that these anchors link to (the home of an entity a fact of theirs names), the rest in order; no anchors:
+    # off. 1 and 3: chosen by fusion_sweep.py --link-grid, 3 named by --named-grid, over the six dev cells
     # (docs/methods/fusion.md#following-the-first-passages-links)
     link_anchors: int = 1
     link_moves: int = 3
+    named_anchors: int = 3
     # the members' own settings (their shared fields are the fusion's: setting one here is refused)
     hyperprove: HyperProveConfig = field(default_factory=HyperProveConfig)
     ppr: PPRConfig = field(default_factory=PPRConfig)
@@ -353,6 +355,7 @@ class FusionConfig(EngineConfig):
         _check_range("engine.restart_passages", self.restart_passages, 1, MAX_PASSAGES)
         _check_range("engine.link_anchors", self.link_anchors, 0, MAX_PASSAGES)
         _check_range("engine.link_moves", self.link_moves, 1, MAX_PASSAGES)
+        _check_range("engine.named_anchors", self.named_anchors, 0, MAX_PASSAGES)
         if (self.restart_share or 0) > 0 and not self._restarts_possible():
             raise ValueError(f"engine.restart_share restarts PPR at HyperProve's passages: it needs hyperprove and "
                              f"ppr among engine.members with weights > 0 (got members {list(members)!r}, "

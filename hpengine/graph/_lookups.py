@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from hpengine.graph._texts import PassageColumn
-from hpengine.models import entity_key
+from hpengine.models import entity_key, title_name
 from hpengine.sparse import csr_arrays
 
 
@@ -46,6 +46,7 @@ class IndexLookups:
         self.passage_crow, self.passage_facts = csr_arrays(
             index.fact_passage, torch.arange(index.num_facts, device=device), index.num_passages)
         self._extracted: dict = {}
+        self._title_names: tuple | None = None
 
     def _ids_of_keys(self, keys: list) -> np.ndarray:
         """int64 ``[n]``: :meth:`entity_id` of each key, the hash search done for all at once."""
@@ -83,6 +84,29 @@ class IndexLookups:
                 raw = raw[:, ~own]
             self._extracted[skip_own_title] = csr_arrays(raw[0], raw[1], idx.num_facts)
         return self._extracted[skip_own_title]
+
+    def title_names(self) -> tuple[Tensor, int]:
+        """Each passage's title name as a key hash, for matching names in a text
+        (docs/methods/fusion.md#passages-the-question-names).
+
+        Returns:
+            ``(keys, max_words)``: int64 ``[P]``, :meth:`name_hashes` of
+            ``entity_key(title_name(title))`` (``-1`` for a title with no name; a hash is never
+            ``-1``), and the most words any title name has (0 for none).
+        """
+        if self._title_names is None:
+            names = [entity_key(title_name(t)) for t in _titles(self._index.passages)]
+            keys = self.name_hashes(names)
+            keys[[i for i, n in enumerate(names) if not n]] = -1
+            max_words = max((len(n.split()) for n in names), default=0)
+            self._title_names = (keys.to(self._index.device), max_words)
+        return self._title_names
+
+    @staticmethod
+    def name_hashes(keys: list[str]) -> Tensor:
+        """int64 ``[len(keys)]`` hashes of name keys, the ones :meth:`title_names` uses (Python's
+        string hash: valid within one process, never ``-1``)."""
+        return torch.from_numpy(np.fromiter(map(_hash, keys), dtype=np.int64, count=len(keys)))
 
     def entity_ids(self, names: list[str]) -> Tensor:
         """Entity id named exactly (up to :func:`~hpengine.models.entity_key`) by each string, ``-1``

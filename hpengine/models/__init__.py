@@ -1,11 +1,13 @@
 """Hugging Face / spaCy model wrappers: extractors, generation, encoder."""
-from hpengine.models._entities import ExtractedFact, entity_key, merge_entities, normalize_entity
+from hpengine.models._entities import (ExtractedFact, entity_key, merge_entities, name_keys_in, normalize_entity,
+                                       title_name)
 from hpengine.models._extract_fast import FastExtractor
 from hpengine.models._generate import GenerateResult, batched_generate
 from hpengine.models._sampling import SeededGumbelSampler
 from hpengine.models._extract_llm import PROMPT_VERSION, LLMExtractor, ParsedExtraction, parse_extraction
 
-__all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities", "FastExtractor",
+__all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities", "title_name", "name_keys_in",
+           "FastExtractor",
            "GenerateResult", "batched_generate", "SeededGumbelSampler", "LLMExtractor", "ParsedExtraction",
            "parse_extraction", "PROMPT_VERSION"]
 

@@ -10,7 +10,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-__all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities"]
+__all__ = ["ExtractedFact", "normalize_entity", "entity_key", "merge_entities", "title_name", "name_keys_in"]
 
 # Characters stripped from both ends of a name. Brackets and periods are handled separately,
 # because "Foo (film)" and "U.S." must survive.
@@ -20,6 +20,7 @@ _ABBREVIATIONS = {"jr", "sr", "inc", "co", "ltd", "st", "corp", "bros", "dr", "m
 _LEADING_THE = re.compile(r"^the\s+", re.IGNORECASE)
 _POSSESSIVE = re.compile(r"(?:['’]s|(?<=s)['’])$")
 _SPACES = re.compile(r"\s+")
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)$")
 
 
 @dataclass
@@ -126,6 +127,40 @@ def entity_key(name: str) -> str:
         True
     """
     return normalize_entity(name).casefold()
+
+
+def title_name(title: str) -> str:
+    """The name a passage title gives its subject: the title without a trailing disambiguation
+    in brackets (a question names "Foo", the title reads "Foo (1945 film)").
+
+    Example:
+        >>> title_name("The Cheaters (1945 film)")
+        'The Cheaters'
+        >>> title_name("(I Can't Get No) Satisfaction")
+        "(I Can't Get No) Satisfaction"
+    """
+    name = _DISAMBIGUATION.sub("", title.strip())
+    return name if name else title.strip()
+
+
+def name_keys_in(text: str, max_words: int) -> list[str]:
+    """The :func:`entity_key` of every run of 1 to ``max_words`` whitespace-separated words of
+    ``text``, distinct and non-empty, in order of first appearance: the names a text can be
+    matched against (a title's ``entity_key(title_name(title))`` is in this list exactly when
+    the text names it as a run of whole words).
+
+    Example:
+        >>> name_keys_in("Who directed The Cheaters?", 2)
+        ['who', 'who directed', 'directed', 'directed the', 'the', 'cheaters']
+    """
+    words = text.split()
+    keys: dict = {}
+    for start in range(len(words)):
+        for stop in range(start + 1, min(start + max_words, len(words)) + 1):
+            key = entity_key(" ".join(words[start:stop]))
+            if key:
+                keys.setdefault(key, None)
+    return list(keys)
 
 
 def merge_entities(names, first: str = "") -> list[str]:

@@ -9,9 +9,9 @@ from hpengine.retrieval._grag import (add_dense_candidates, best_fact_scores, bl
                                       rerank_candidates)
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
 from hpengine.retrieval._ppr import personalized_pagerank, ppr_bytes_per_question, ppr_chunk_size
-from hpengine.retrieval._ranking import (best_home, bridge_entities, compact, first_occurrence, follow_links,
-                                         lead_passages, lead_then_fill, linked_bridges, linked_passages, pad_rows,
-                                         rank_passages)
+from hpengine.retrieval._ranking import (anchor_positions, best_home, bridge_entities, compact, first_occurrence,
+                                         follow_links, lead_passages, lead_then_fill, linked_bridges, linked_passages,
+                                         named_passages, pad_rows, rank_passages)
 from hpengine.retrieval._walk import restart_distribution, top_visited, walk_visits
 
 __all__ = [
@@ -35,6 +35,8 @@ __all__ = [
     "first_occurrence",
     "lead_passages",
     "follow_links",
+    "anchor_positions",
+    "named_passages",
     "lead_then_fill",
     "linked_passages",
     "linked_bridges",

@@ -160,22 +160,85 @@ def linked_passages(anchors: Tensor, candidates: Tensor, passage_crow: Tensor, p
     return found & (candidates >= 0) & ~own
 
 
-def follow_links(ranked: Tensor, linked: Tensor, anchors: int, moves: int) -> Tensor:
-    """A ranking with its first ``anchors`` entries kept, then its first ``moves`` linked entries
-    after them (in their order), then every other entry in its order.
+def named_passages(candidates: Tensor, title_keys: Tensor, owner: Tensor, keys: Tensor) -> Tensor:
+    """Whether each candidate's title name is one of its question's name keys: the passages the
+    question names (docs/methods/fusion.md#passages-the-question-names).
+
+    Args:
+        candidates: int64 ``[Q, W]`` passage ids, ``-1`` padded.
+        title_keys: int64 ``[P]`` each passage's title-name key, ``-1`` for none
+            (``IndexLookups.title_names``).
+        owner: int64 ``[K]`` the question of each name key in ``keys``.
+        keys: int64 ``[K]`` the name keys the questions hold (e.g. hashes of ``name_keys_in``).
+
+    Returns:
+        bool ``[Q, W]`` (False for padding and for a passage without a title name).
+
+    Example:
+        >>> named_passages(torch.tensor([[0, 1, -1], [2, 1, 0]]), torch.tensor([7, 8, -1]),
+        ...                torch.tensor([0, 1]), torch.tensor([8, 7]))
+        tensor([[False,  True, False],
+                [False, False,  True]])
+    """
+    q, w = candidates.shape
+    title = torch.where(candidates >= 0, title_keys.index_select(0, candidates.clamp_min(0).reshape(-1)).view(q, w), -1)
+    values, ids = torch.unique(torch.cat([keys, title.reshape(-1)]), return_inverse=True)  # exact, dense ids
+    held = unique_keys(owner * values.numel() + ids[: keys.numel()])  # sorted (question, key id)
+    probe = torch.arange(q, device=candidates.device).unsqueeze(1) * values.numel() + ids[keys.numel():].view(q, w)
+    if held.numel():
+        pos = torch.searchsorted(held, probe).clamp_(max=held.numel() - 1)
+        found = held[pos] == probe
+    else:
+        found = torch.zeros_like(candidates, dtype=torch.bool)
+    return found & (title != -1)
+
+
+def anchor_positions(ranked: Tensor, first: int, named: Tensor | None = None, named_max: int = 0) -> Tensor:
+    """The anchors of a ranking: its first ``first`` entries and, after them, its first
+    ``named_max`` entries marked in ``named``.
 
     Shapes:
-        ranked int64 ``[Q, W]``, linked bool ``[Q, W]`` -> int64 ``[Q, W]``.
+        ranked int64 ``[Q, W]`` (``-1`` padded), named bool ``[Q, W]`` -> bool ``[Q, W]``.
+
+    Example:
+        >>> anchor_positions(torch.tensor([[5, 6, 7, 8]]), 1, torch.tensor([[True, False, True, True]]), 1)
+        tensor([[ True, False,  True, False]])
+    """
+    position = torch.arange(ranked.shape[1], device=ranked.device).expand_as(ranked)
+    anchor = position < first
+    if named is not None and named_max > 0:
+        extra = named & ~anchor
+        anchor = anchor | (extra & (torch.cumsum(extra.long(), dim=1) <= named_max))
+    return anchor
+
+
+def follow_links(ranked: Tensor, linked: Tensor, anchors: int | Tensor, moves: int) -> Tensor:
+    """A ranking with its anchors first (in their order), then its first ``moves`` linked entries
+    that are not anchors (in their order), then every other entry in its order.
+
+    Args:
+        ranked: int64 ``[Q, W]``.
+        linked: bool ``[Q, W]``.
+        anchors: the first ``anchors`` entries (an int), or bool ``[Q, W]`` marking them
+            (:func:`anchor_positions`).
+        moves: linked entries moved up behind the anchors.
+
+    Returns:
+        int64 ``[Q, W]``.
 
     Example:
         >>> follow_links(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[False, False, True, True]]), 1, 1)
         tensor([[5, 7, 6, 8]])
+        >>> follow_links(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[False, True, False, False]]),
+        ...              torch.tensor([[True, False, True, False]]), 1)
+        tensor([[5, 7, 6, 8]])
     """
     w = ranked.shape[1]
     position = torch.arange(w, device=ranked.device).expand_as(ranked)
-    movable = linked & (position >= anchors)
+    anchor = position < anchors if isinstance(anchors, int) else anchors
+    movable = linked & ~anchor
     moved = movable & (torch.cumsum(movable.long(), dim=1) <= moves)
-    key = torch.where(position < anchors, position, torch.where(moved, anchors - 1, w) + position)
+    key = torch.where(anchor, position, torch.where(moved, w, 2 * w) + position)
     return ranked.gather(1, torch.argsort(key, dim=1, stable=True))
 
 

@@ -4,6 +4,7 @@ member; chains labelled by method; shared steps computed once), its config error
 command line's eval and ask with retriever=fusion."""
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -174,10 +175,10 @@ def test_rrf_and_lead_then_fill_equal_the_reference_over_the_members_own_ranking
     weights, k = [1.0, 0.5, 2.0], 3.0
     rrf = Engine(index, encoder, config=FusionConfig(rule="rrf", weights=weights, rrf_k=k, passage_width=width,
                                                      member_width=member_width, restart_share=0,
-                                                     link_anchors=0)).answer(questions)
+                                                     link_anchors=0, named_anchors=0)).answer(questions)
     ltf = Engine(index, encoder, config=FusionConfig(rule="lead_then_fill", lead_passages=2, weights=weights, rrf_k=k,
-                                                     passage_width=width, member_width=member_width,
-                                                     restart_share=0, link_anchors=0)).answer(questions)
+                                                     passage_width=width, member_width=member_width, restart_share=0,
+                                                     link_anchors=0, named_anchors=0)).answer(questions)
     for i, (r, t) in enumerate(zip(rrf, ltf)):
         lists = [alone[n][i] for n in members]
         expected, score = _rrf_reference(lists, weights, k, width)
@@ -198,7 +199,7 @@ def test_score_rule_equals_the_reference(built):
     alone = _member_rankings(index, encoder, questions, width)
     weights = [1.0, 2.0, 1.5]
     fused = Engine(index, encoder, config=FusionConfig(rule="score", weights=weights, restart_share=0,
-                                                       link_anchors=0)).answer(questions)
+                                                       link_anchors=0, named_anchors=0)).answer(questions)
     emb = encoder.encode(questions, kind="query").double()
     cos = emb @ index.passage_emb.double().t()  # [Q, P]: the dense member's cosines
     for i, pred in enumerate(fused):
@@ -276,6 +277,7 @@ def test_engine_config_and_names(built):
     (dict(lead_passages=0), ValueError, r"engine.lead_passages must be >= 1"),
     (dict(link_anchors=-1), ValueError, r"engine.link_anchors must be >= 0"),
     (dict(link_moves=0), ValueError, r"engine.link_moves must be >= 1"),
+    (dict(named_anchors=-1), ValueError, r"engine.named_anchors must be >= 0"),
     (dict(rule="lead_then_fill", lead="grag"), ValueError, r"engine.lead must be one of engine.members"),
     (dict(rule="lead_then_fill", weights=[1, 1, 0]), ValueError, r"gives the lead 'dense' weight 0"),
     (dict(ppr=PPRConfig(passage_width=3)), ValueError, r"engine.ppr.passage_width is a shared setting.*\(got 3\)"),
@@ -471,10 +473,28 @@ def _links_reference(index) -> list:
     return [{h for e in es for h in home[e]} - {p} for p, es in enumerate(names)]
 
 
-def _follow_reference(row: list, links: list, anchors: int, moves: int) -> list:
-    lead, rest = row[:anchors], row[anchors:]
-    linked = [p for p in rest if p >= 0 and any(p in links[a] for a in lead if a >= 0)][:moves]
-    return lead + linked + [p for p in rest if p not in linked]
+def _follow_reference(row: list, links: list, anchors: int, moves: int, named: list | None = None,
+                      named_max: int = 0) -> list:
+    """One ranking in plain Python, by positions: its first ``anchors`` entries and its first
+    ``named_max`` later entries marked in ``named`` (the anchors, in order), then the first
+    ``moves`` other entries linked from an anchor, then the rest in order."""
+    later = [k for k in range(anchors, len(row)) if named and named[k]][:named_max]
+    anchor = sorted(set(range(min(anchors, len(row)))) | set(later))
+    lead = [row[k] for k in anchor if row[k] >= 0]
+    rest = [k for k in range(len(row)) if k not in anchor]
+    linked = [k for k in rest if row[k] >= 0 and any(row[k] in links[a] for a in lead)][:moves]
+    return [row[k] for k in anchor + linked + [k for k in rest if k not in linked]]
+
+
+def _named_reference(question: str, titles: list) -> list:
+    """Whether each title's name (without a trailing bracket) is a run of whole words of the
+    question, up to entity_key: every run of the question's words tried, no length bound."""
+    from hpengine.models import entity_key
+
+    words = question.split()
+    runs = {entity_key(" ".join(words[i:j])) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+    names = [entity_key(re.sub(r"\s*\([^()]*\)$", "", t.strip()) or t.strip()) for t in titles]
+    return [bool(n) and n in runs for n in names]
 
 
 @pytest.mark.parametrize("anchors, moves", [(1, 1), (1, 3), (2, 2), (3, 10)])
@@ -500,23 +520,36 @@ def test_linked_passages_and_follow_links_equal_the_reference(built, anchors, mo
         assert got == _follow_reference(row, links, anchors, moves)
 
 
-def test_fusion_follows_the_first_passages_links_after_the_rule(built):
+def test_fusion_puts_its_anchors_first_and_follows_their_links_after_the_rule(built):
     index, encoder, questions = built
     links = _links_reference(index)
-    rule_only = Engine(index, encoder, config=FusionConfig(link_anchors=0)).answer(questions)
-    linked = Engine(index, encoder, config=FusionConfig()).answer(questions)
+    titles = [p.title for p in index.passages]
+    rule_only = Engine(index, encoder, config=FusionConfig(link_anchors=0, named_anchors=0)).answer(questions)
     cfg = FusionConfig()
-    assert (cfg.link_anchors, cfg.link_moves) == (1, 3)  # the default (fusion_sweep.py --link-grid)
-    moved = 0
-    for r, f in zip(rule_only, linked):
-        want = _follow_reference(r.passages, links, cfg.link_anchors, cfg.link_moves)
-        assert f.passages == want
-        moved += want != r.passages
-        up = [p for k, p in enumerate(want) if k < r.passages.index(p)]
-        note = [n for n in f.notes if n.startswith("fusion: links of ")]
-        assert note == ([f"fusion: links of {index.passages[want[0]].title!r} moved up "
-                         + ", ".join(repr(index.passages[p].title) for p in up)] if up else [])
-    assert moved > 0  # the step changed some rankings on the built-in corpus
+    assert (cfg.link_anchors, cfg.link_moves, cfg.named_anchors) == (1, 3, 3)  # fusion_sweep.py --named-grid
+    for config in (cfg, FusionConfig(named_anchors=0), FusionConfig(link_anchors=0, named_anchors=2)):
+        got = Engine(index, encoder, config=config).answer(questions)
+        moved = named_moved = 0
+        for q, r, f in zip(questions, rule_only, got):
+            named = _named_reference(q, [titles[p] for p in r.passages])
+            want = _follow_reference(r.passages, links, config.link_anchors, config.link_moves, named,
+                                     config.named_anchors)
+            assert f.passages == want
+            moved += want != r.passages
+            later = min(sum(named[config.link_anchors:]), config.named_anchors)
+            lead = want[: config.link_anchors + later]  # the anchors
+            up_named = [p for p in lead[config.link_anchors:] if want.index(p) < r.passages.index(p)]
+            up = [p for k, p in enumerate(want) if k < r.passages.index(p) and p not in lead]
+            named_moved += bool(up_named)
+            note = [n for n in f.notes if n.startswith("fusion: named by the question")]
+            assert note == ([f"fusion: named by the question, moved up "
+                             + ", ".join(repr(titles[p]) for p in up_named)] if up_named else [])
+            note = [n for n in f.notes if n.startswith("fusion: links of ")]
+            assert note == ([f"fusion: links of {', '.join(repr(titles[p]) for p in lead)} moved up "
+                             + ", ".join(repr(titles[p]) for p in up)] if up else [])
+        assert moved > 0  # the step changed some rankings on the built-in corpus
+        if config.named_anchors:
+            assert named_moved > 0  # and some of the built-in questions name a passage further down
 
 
 def _random_csr(rows: int, cols: int, per_row: int, gen) -> tuple:
@@ -529,24 +562,89 @@ def _random_csr(rows: int, cols: int, per_row: int, gen) -> tuple:
 @with_devices
 @pytest.mark.parametrize("seed", range(4))
 def test_link_ops_on_random_graphs_equal_the_reference(device, seed):
-    """Random passage->fact, fact->entity and entity->home CSRs; rows of random candidates."""
-    from hpengine.retrieval import follow_links, linked_passages
+    """Random passage->fact, fact->entity and entity->home CSRs; rows of random candidates; the
+    anchors the first ones or, with named passages, those too."""
+    from hpengine.retrieval import anchor_positions, follow_links, linked_passages
 
     gen = torch.Generator().manual_seed(seed)
     p, h, v, q, w = 40, 90, 30, 16, 9
     pf, fe, eh = _random_csr(p, h, 4, gen), _random_csr(h, v, 3, gen), _random_csr(v, p, 2, gen)
     rows = torch.stack([torch.randperm(p, generator=gen)[:w] for _ in range(q)])
     rows[::3, 6:] = -1
-    anchors, moves = 1 + seed % 3, 1 + seed
+    anchors, moves, named_max = seed % 3, 1 + seed, 1 + seed % 2
+    named = (torch.rand(q, w, generator=gen) < 0.3) & (rows >= 0)
     links = []
     for a in range(p):
         facts = pf[1][pf[0][a]:pf[0][a + 1]].tolist()
         ents = [e for f in facts for e in fe[1][fe[0][f]:fe[0][f + 1]].tolist()]
         links.append({x for e in ents for x in eh[1][eh[0][e]:eh[0][e + 1]].tolist()} - {a})
     on = lambda t: t.to(device)  # noqa: E731
-    linked = linked_passages(on(rows[:, :anchors]), on(rows), *map(on, pf), *map(on, fe), *map(on, eh), p)
-    out = follow_links(on(rows), linked, anchors, moves)
-    for row, got_linked, got in zip(rows.tolist(), linked.cpu().tolist(), out.cpu().tolist()):
-        assert got_linked == [x >= 0 and x not in row[:anchors] and any(x in links[a] for a in row[:anchors] if a >= 0)
-                              for x in row]
-        assert got == _follow_reference(row, links, anchors, moves)
+    for marks, cap in ((None, 0), (named, named_max)):
+        anchor = anchor_positions(on(rows), anchors, None if marks is None else on(marks), cap)
+        linked = linked_passages(torch.where(anchor, on(rows), -1), on(rows), *map(on, pf), *map(on, fe),
+                                 *map(on, eh), p)
+        out = follow_links(on(rows), linked, anchor, moves)
+        if marks is None:
+            assert torch.equal(out, follow_links(on(rows), linked, anchors, moves))  # an int: the first ones
+        for i, (row, got_linked, got) in enumerate(zip(rows.tolist(), linked.cpu().tolist(), out.cpu().tolist())):
+            flags = None if marks is None else marks[i].tolist()
+            later = [k for k in range(anchors, w) if flags and flags[k]][:cap]
+            lead = [row[k] for k in sorted(set(range(anchors)) | set(later)) if row[k] >= 0]
+            assert got_linked == [x >= 0 and x not in lead and any(x in links[a] for a in lead) for x in row]
+            assert got == _follow_reference(row, links, anchors, moves, flags, cap)
+
+
+@with_devices
+@pytest.mark.parametrize("seed", range(4))
+def test_named_passages_on_random_keys_equal_the_reference(device, seed):
+    """Random title keys (some passages without a name, some sharing one) and random per-question
+    key sets; padded candidates."""
+    from hpengine.retrieval import named_passages
+
+    gen = torch.Generator().manual_seed(seed)
+    p, q, w = 30, 12, 7
+    title = torch.randint(0, 20, (p,), generator=gen) * 7919 - 3  # shared keys, negative ones too
+    title[torch.rand(p, generator=gen) < 0.2] = -1  # no title name
+    cand = torch.stack([torch.randperm(p, generator=gen)[:w] for _ in range(q)])
+    cand[::4, 5:] = -1
+    held = [set(torch.randint(0, 20, (int(torch.randint(0, 6, (1,), generator=gen)),), generator=gen).mul(7919)
+                .sub(3).tolist()) for _ in range(q)]
+    owner = torch.tensor([i for i, ks in enumerate(held) for _ in ks], dtype=torch.int64)
+    keys = torch.tensor([k for ks in held for k in ks], dtype=torch.int64)
+    got = named_passages(cand.to(device), title.to(device), owner.to(device), keys.to(device)).cpu().tolist()
+    want = [[c >= 0 and int(title[c]) != -1 and int(title[c]) in held[i] for c in row]
+            for i, row in enumerate(cand.tolist())]
+    assert got == want
+    assert any(map(any, want))  # some candidates are named
+
+
+def test_title_names_and_the_name_keys_of_a_text():
+    from hpengine.models import entity_key, name_keys_in, title_name
+
+    assert title_name("The Cheaters (1945 film)") == "The Cheaters"
+    assert title_name("(I Can't Get No) Satisfaction") == "(I Can't Get No) Satisfaction"
+    assert title_name("(film)") == "(film)"  # nothing would be left: the title stays
+    text = "Who directed the film The Cheaters, and when did Joseph Kane die?"
+    keys = name_keys_in(text, 3)
+    assert entity_key(title_name("The Cheaters (1945 film)")) in keys  # "The Cheaters," -> "cheaters"
+    assert "joseph kane" in keys and "kane die" in keys  # "die?": the edge punctuation goes
+    assert "cheaters, and" in keys  # only a run's edges are stripped
+    assert len(keys) == len(set(keys)) and "" not in keys
+    assert all(len(k.split()) <= 3 for k in keys)
+    assert not name_keys_in("", 3) and not name_keys_in("a b", 0)
+
+
+def test_index_title_names(built):
+    index = built[0]
+    keys, max_words = index.lookups.title_names()
+    names = [entity_key_of(p.title) for p in index.passages]
+    assert keys.shape == (index.num_passages,) and keys.dtype == torch.int64
+    assert max_words == max(len(n.split()) for n in names)
+    hashed = index.lookups.name_hashes(names)
+    assert torch.equal(keys, torch.where(torch.tensor([bool(n) for n in names]), hashed, -1))
+
+
+def entity_key_of(title: str) -> str:
+    from hpengine.models import entity_key, title_name
+
+    return entity_key(title_name(title))

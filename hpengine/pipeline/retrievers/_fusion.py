@@ -14,10 +14,11 @@ are then fused for all questions at once on the device:
 - ``lead_then_fill``: the lead member's first passages (dense's first), then the RRF fusion of the
   other members, then the lead's other passages (:func:`~hpengine.retrieval.lead_then_fill`).
 
-With two or more members, the fused ranking then follows its first passages' links
-(``link_anchors``, ``link_moves``): the passages they link to (homes of entities their facts name)
-move up behind them (:func:`~hpengine.retrieval.linked_passages`,
-:func:`~hpengine.retrieval.follow_links`).
+With two or more members, the fused ranking then puts its anchors first, its first passages
+(``link_anchors``) and the passages whose title the question names (``named_anchors``,
+:func:`~hpengine.retrieval.named_passages`), and follows their links (``link_moves``): the passages
+they link to (homes of entities their facts name) move up behind them
+(:func:`~hpengine.retrieval.linked_passages`, :func:`~hpengine.retrieval.follow_links`).
 
 The prediction's chain keeps each member's evidence, labelled by method in ``notes``; the answer
 is the engine's (LLM: one read of the fused top passages; no LLM: the best bridge of their facts).
@@ -30,9 +31,10 @@ import torch
 from torch import Tensor
 
 from hpengine.config import EngineConfig, FusionConfig
+from hpengine.models import name_keys_in
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, get_retriever, register_retriever
-from hpengine.retrieval import follow_links, lead_then_fill, linked_passages
+from hpengine.retrieval import anchor_positions, follow_links, lead_then_fill, linked_passages, named_passages
 
 
 # ------------------------------------------------------------------ fusion ops
@@ -220,12 +222,12 @@ class FusionRetriever(Retriever):
             outs = self._run_members(questions, question_emb)
             with s.timer.stage("fuse"):
                 by_rule = self._fuse_rule(outs)
-                ranked = self._follow_links(by_rule, len(outs))
+                ranked, anchor = self._follow_links(by_rule, questions, len(outs))
         finally:
             self._cache.clear()  # the batch's tensors are not kept
         chains, notes, diagnostics = self._records(questions, outs)
         if ranked is not by_rule:
-            self._link_notes(notes, by_rule, ranked)
+            self._link_notes(notes, by_rule, ranked, anchor)
         return Retrieved(ranked, chains=chains, notes=notes, diagnostics=diagnostics)
 
     def _run_members(self, questions: list, question_emb: Tensor) -> dict:
@@ -260,22 +262,35 @@ class FusionRetriever(Retriever):
         return torch.cat([ids, nodes], dim=1), mass / mass.sum(1, keepdim=True).clamp_min(1e-30)
 
     # ------------------------------------------------------------- fusion
-    def _fuse(self, outs: dict) -> Tensor:
+    def _fuse(self, outs: dict, questions: list) -> Tensor:
         """``[Q, passage_width]`` fused passage ids: the members' rankings fused by the rule, then
-        the first passages' links followed (``link_anchors``)."""
-        return self._follow_links(self._fuse_rule(outs), len(outs))
+        the anchors' links followed (``link_anchors``, ``named_anchors``)."""
+        return self._follow_links(self._fuse_rule(outs), questions, len(outs))[0]
 
-    def _follow_links(self, ranked: Tensor, members: int) -> Tensor:
-        """``ranked`` with its first passages' links followed; ``ranked`` itself when the step is
-        off (``link_anchors`` 0) or one member ran (its ranking passes through as it is)."""
+    def _follow_links(self, ranked: Tensor, questions: list, members: int) -> tuple[Tensor, Tensor | None]:
+        """``ranked`` with its anchors first and their links followed, and the anchors (bool
+        ``[Q, W]``, positions in ``ranked``); ``(ranked, None)`` when the step is off (no anchors)
+        or one member ran (its ranking passes through as it is)."""
         cfg = self.config
-        if cfg.link_anchors == 0 or members < 2:
-            return ranked
+        if cfg.link_anchors + cfg.named_anchors == 0 or members < 2:
+            return ranked, None
         lk, idx = self.steps.lookups, self.steps.index
+        named = self._named(ranked, questions) if cfg.named_anchors else None
+        anchor = anchor_positions(ranked, cfg.link_anchors, named, cfg.named_anchors)
         fact_crow, fact_col = lk.extracted_incidence()
-        linked = linked_passages(ranked[:, : cfg.link_anchors], ranked, lk.passage_crow, lk.passage_facts,
+        linked = linked_passages(torch.where(anchor, ranked, -1), ranked, lk.passage_crow, lk.passage_facts,
                                  fact_crow, fact_col, lk.home_crow, lk.home_col, idx.num_passages)
-        return follow_links(ranked, linked, cfg.link_anchors, cfg.link_moves)
+        return follow_links(ranked, linked, anchor, cfg.link_moves), anchor
+
+    def _named(self, ranked: Tensor, questions: list) -> Tensor:
+        """bool ``[Q, W]``: the passages of ``ranked`` whose title name the question names as a run
+        of whole words (the questions' name keys are host text; the match is tensor work)."""
+        lk = self.steps.lookups
+        title_keys, max_words = lk.title_names()
+        names = [name_keys_in(q, max_words) for q in questions]
+        owner = torch.repeat_interleave(torch.arange(len(questions)), torch.tensor([len(n) for n in names]))
+        keys = lk.name_hashes([k for n in names for k in n])
+        return named_passages(ranked, title_keys, owner.to(ranked.device), keys.to(ranked.device))
 
     def _fuse_rule(self, outs: dict) -> Tensor:
         """``[Q, passage_width]`` fused passage ids from the members' rankings (rule: config)."""
@@ -335,17 +350,22 @@ class FusionRetriever(Retriever):
                     diagnostics[i].extend(out.diagnostics[i])
         return chains, notes, diagnostics if any(diagnostics) else None
 
-    def _link_notes(self, notes: list, by_rule: Tensor, ranked: Tensor) -> None:
-        """Per question whose ranking the link step changed, a note naming the anchors and the
-        passages moved up (host text, like the rest of the notes)."""
-        ps, anchors = self.steps.index.passages, self.config.link_anchors
-        for i, (before, after) in enumerate(zip(by_rule.tolist(), ranked.tolist())):
+    def _link_notes(self, notes: list, by_rule: Tensor, ranked: Tensor, anchor: Tensor) -> None:
+        """Per question whose ranking the step changed, a note naming the anchors and the passages
+        moved up (host text, like the rest of the notes)."""
+        ps = self.steps.index.passages
+        rows = zip(by_rule.tolist(), ranked.tolist(), torch.where(anchor, by_rule, -1).tolist())
+        for i, (before, after, anchors) in enumerate(rows):
             if before == after:
                 continue
-            moved = [p for k, p in enumerate(after) if p >= 0 and k < before.index(p)]
-            names = ", ".join(repr(ps[p].title) for p in moved)
-            lead = ", ".join(repr(ps[p].title) for p in after[:anchors] if p >= 0)
-            notes[i].append(f"fusion: links of {lead} moved up {names}")
+            anchors = [p for p in anchors if p >= 0]
+            moved = [p for k, p in enumerate(after) if p >= 0 and p not in anchors and k < before.index(p)]
+            named = [p for p in anchors[self.config.link_anchors:] if after.index(p) < before.index(p)]
+            titles = lambda ids: ", ".join(repr(ps[p].title) for p in ids)  # noqa: E731
+            if named:
+                notes[i].append(f"fusion: named by the question, moved up {titles(named)}")
+            if moved:
+                notes[i].append(f"fusion: links of {titles(anchors)} moved up {titles(moved)}")
 
     @staticmethod
     def _member_chains(questions: list, out: Retrieved) -> list:
