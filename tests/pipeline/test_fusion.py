@@ -486,15 +486,25 @@ def _follow_reference(row: list, links: list, anchors: int, moves: int, named: l
     return [row[k] for k in anchor + linked + [k for k in rest if k not in linked]]
 
 
-def _named_reference(question: str, titles: list) -> list:
-    """Whether each title's name (without a trailing bracket) is a run of whole words of the
-    question, up to entity_key: every run of the question's words tried, no length bound."""
+def _runs(text: str) -> set:
+    """entity_key of every run of whole words of ``text``, no length bound."""
     from hpengine.models import entity_key
 
-    words = question.split()
-    runs = {entity_key(" ".join(words[i:j])) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
-    names = [entity_key(re.sub(r"\s*\([^()]*\)$", "", t.strip()) or t.strip()) for t in titles]
-    return [bool(n) and n in runs for n in names]
+    words = text.split()
+    return {entity_key(" ".join(words[i:j])) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+
+
+def _named_reference(question: str, titles: list, longest: bool = True) -> list:
+    """Whether each title's name (without a trailing bracket) is a run of whole words of the
+    question, up to entity_key, and (``longest``) not only a run inside another such title's name
+    (every run tried, no length bound)."""
+    from hpengine.models import entity_key
+
+    names = [re.sub(r"\s*\([^()]*\)$", "", t.strip()) or t.strip() for t in titles]
+    runs = _runs(question)
+    hit = [bool(entity_key(n)) and entity_key(n) in runs for n in names]
+    inner = {k for n, h in zip(names, hit) if h for k in _runs(n) - {entity_key(n)}}
+    return [h and (not longest or entity_key(n) not in inner) for n, h in zip(names, hit)]
 
 
 @pytest.mark.parametrize("anchors, moves", [(1, 1), (1, 3), (2, 2), (3, 10)])
@@ -527,11 +537,13 @@ def test_fusion_puts_its_anchors_first_and_follows_their_links_after_the_rule(bu
     rule_only = Engine(index, encoder, config=FusionConfig(link_anchors=0, named_anchors=0)).answer(questions)
     cfg = FusionConfig()
     assert (cfg.link_anchors, cfg.link_moves, cfg.named_anchors) == (1, 3, 3)  # fusion_sweep.py --named-grid
+    longest = 0
     for config in (cfg, FusionConfig(named_anchors=0), FusionConfig(link_anchors=0, named_anchors=2)):
         got = Engine(index, encoder, config=config).answer(questions)
         moved = named_moved = 0
         for q, r, f in zip(questions, rule_only, got):
             named = _named_reference(q, [titles[p] for p in r.passages])
+            longest += named != _named_reference(q, [titles[p] for p in r.passages], longest=False)
             want = _follow_reference(r.passages, links, config.link_anchors, config.link_moves, named,
                                      config.named_anchors)
             assert f.passages == want
@@ -550,6 +562,7 @@ def test_fusion_puts_its_anchors_first_and_follows_their_links_after_the_rule(bu
         assert moved > 0  # the step changed some rankings on the built-in corpus
         if config.named_anchors:
             assert named_moved > 0  # and some of the built-in questions name a passage further down
+    assert longest > 0  # a name inside a longer named title ("Halden" in "Halden University") is not named
 
 
 def _random_csr(rows: int, cols: int, per_row: int, gen) -> tuple:

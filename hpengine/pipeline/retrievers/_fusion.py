@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from hpengine.config import EngineConfig, FusionConfig
-from hpengine.models import name_keys_in
+from hpengine.models import entity_key, name_keys_in, title_name
 from hpengine.pipeline._types import HopRecord, Retrieved
 from hpengine.pipeline.retrievers._base import Retriever, get_retriever, register_retriever
 from hpengine.retrieval import anchor_positions, follow_links, lead_then_fill, linked_passages, named_passages
@@ -284,13 +284,30 @@ class FusionRetriever(Retriever):
 
     def _named(self, ranked: Tensor, questions: list) -> Tensor:
         """bool ``[Q, W]``: the passages of ``ranked`` whose title name the question names as a run
-        of whole words (the questions' name keys are host text; the match is tensor work)."""
+        of whole words, and not only inside the longer title name of another such passage (the
+        longest match: "Halden University" named, "Halden" not by itself). The word runs are host
+        text; the matches are tensor work."""
         lk = self.steps.lookups
         title_keys, max_words = lk.title_names()
-        names = [name_keys_in(q, max_words) for q in questions]
-        owner = torch.repeat_interleave(torch.arange(len(questions)), torch.tensor([len(n) for n in names]))
+        named = self._holds(ranked, [name_keys_in(q, max_words) for q in questions])
+        hits = named.nonzero().tolist()  # [n, 2] (question, position): a few per question
+        if not hits:
+            return named
+        inner = [[] for _ in questions]  # per question: the shorter names inside its named titles
+        titles = self.steps.index.passages
+        for (i, _), p in zip(hits, ranked[named].tolist()):
+            whole = title_name(titles[p].title)
+            inner[i].extend(k for k in name_keys_in(whole, max_words) if k != entity_key(whole))
+        return named & ~self._holds(ranked, inner)
+
+    def _holds(self, ranked: Tensor, names: list) -> Tensor:
+        """bool ``[Q, W]``: whether each passage's title name is one of its question's ``names``
+        (entity keys, one list per question)."""
+        lk = self.steps.lookups
+        counts = torch.tensor([len(n) for n in names], dtype=torch.int64)
+        owner = torch.repeat_interleave(torch.arange(len(names)), counts)
         keys = lk.name_hashes([k for n in names for k in n])
-        return named_passages(ranked, title_keys, owner.to(ranked.device), keys.to(ranked.device))
+        return named_passages(ranked, lk.title_names()[0], owner.to(ranked.device), keys.to(ranked.device))
 
     def _fuse_rule(self, outs: dict) -> Tensor:
         """``[Q, passage_width]`` fused passage ids from the members' rankings (rule: config)."""
