@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.sparse import gather_csr_rows, unique_keys
+from hpengine.sparse import gather_csr_rows, sorted_contains, unique_keys
 
 # homed bridge candidates score _HOMED_OFFSET + cosine in [1, 3], above any unhomed candidate's
 # support / (1 + support) in (0, 1) (see linked_bridges)
@@ -151,11 +151,7 @@ def linked_passages(anchors: Tensor, candidates: Tensor, passage_crow: Tensor, p
     owner = question.index_select(0, at.index_select(0, at2.index_select(0, at3)))
     keys = unique_keys(owner.mul_(num_passages).add_(home), inplace=True)  # sorted (question, linked passage)
     probe = torch.arange(q, device=anchors.device).unsqueeze(1) * num_passages + candidates.clamp_min(0)
-    if keys.numel():
-        pos = torch.searchsorted(keys, probe).clamp_(max=keys.numel() - 1)
-        found = keys[pos] == probe
-    else:
-        found = torch.zeros_like(candidates, dtype=torch.bool)
+    found = sorted_contains(keys, probe)
     own = (candidates.unsqueeze(2) == anchors.unsqueeze(1)).any(2)
     return found & (candidates >= 0) & ~own
 
@@ -185,12 +181,7 @@ def named_passages(candidates: Tensor, title_keys: Tensor, owner: Tensor, keys: 
     values, ids = torch.unique(torch.cat([keys, title.reshape(-1)]), return_inverse=True)  # exact, dense ids
     held = unique_keys(owner * values.numel() + ids[: keys.numel()])  # sorted (question, key id)
     probe = torch.arange(q, device=candidates.device).unsqueeze(1) * values.numel() + ids[keys.numel():].view(q, w)
-    if held.numel():
-        pos = torch.searchsorted(held, probe).clamp_(max=held.numel() - 1)
-        found = held[pos] == probe
-    else:
-        found = torch.zeros_like(candidates, dtype=torch.bool)
-    return found & (title != -1)
+    return sorted_contains(held, probe) & (title != -1)
 
 
 def anchor_positions(ranked: Tensor, first: int, named: Tensor | None = None, named_max: int = 0) -> Tensor:

@@ -11,7 +11,7 @@ from hpengine.sparse._incidence import (
     node_degree,
 )
 from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence, row_pairs, scaled_csr
-from hpengine.sparse._sort import sort_keys, unique_keys
+from hpengine.sparse._sort import sort_keys, sorted_contains, unique_keys
 from hpengine.sparse._transition import TransitionOperator
 
 __all__ = [
@@ -31,5 +31,6 @@ __all__ = [
     "row_pairs",
     "scaled_csr",
     "sort_keys",
+    "sorted_contains",
     "unique_keys",
 ]

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_with_values, gather_csr_rows, transpose_csr
-from hpengine.sparse._sort import sort_keys, unique_keys
+from hpengine.sparse._sort import sort_keys, sorted_contains, unique_keys
 
 
 def closed_relation_pairs(relation: Tensor, num_columns: int) -> Tensor:
@@ -155,8 +155,7 @@ def excess_pairs(pairs: Tensor, closed: Tensor, num_rows: int, num_columns: int)
     which, common = which.index_select(0, maybe), common.index_select(0, maybe)
     closed_keys = closed[0] * num_columns + closed[1]  # sorted (closed is row-major, unique)
     probe = long.index_select(0, which).mul_(num_columns).add_(common)
-    at = torch.searchsorted(closed_keys, probe).clamp_(max=max(closed_keys.numel() - 1, 0))
-    hit = (closed_keys.index_select(0, at) == probe).nonzero().squeeze(1)
+    hit = sorted_contains(closed_keys, probe).nonzero().squeeze(1)
     if not hit.numel():
         return empty
     reached = row.index_select(0, left.index_select(0, which.index_select(0, hit)))

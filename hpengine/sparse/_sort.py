@@ -57,4 +57,22 @@ def unique_keys(keys: Tensor, *, inplace: bool = False) -> Tensor:
     return s[first]
 
 
-__all__ = ["sort_keys", "unique_keys"]
+def sorted_contains(keys: Tensor, probe: Tensor) -> Tensor:
+    """Whether each value of ``probe`` is one of ``keys`` (sorted ascending), by one
+    ``searchsorted`` (``torch.isin`` without sorting ``keys`` again).
+
+    Shapes:
+        keys ``[n]`` sorted, probe any shape -> bool, ``probe``'s shape.
+
+    Example:
+        >>> sorted_contains(torch.tensor([1, 4, 9]), torch.tensor([[4, 5], [9, 0]]))
+        tensor([[ True, False],
+                [ True, False]])
+    """
+    if not keys.numel():
+        return torch.zeros_like(probe, dtype=torch.bool)
+    at = torch.searchsorted(keys, probe).clamp_(max=keys.numel() - 1)
+    return keys[at] == probe
+
+
+__all__ = ["sort_keys", "sorted_contains", "unique_keys"]

@@ -1,9 +1,10 @@
 """Key sorts (``hpengine.sparse.sort_keys``, ``unique_keys``) against ``torch.sort``/``torch.unique``,
+``sorted_contains`` against ``torch.isin``,
 and the sort-free augmented incidence against a per-fact reference."""
 import pytest
 import torch
 
-from hpengine.sparse import augmented_incidence, sort_keys, unique_keys
+from hpengine.sparse import augmented_incidence, sort_keys, sorted_contains, unique_keys
 from hpengine.testing import with_devices
 
 
@@ -19,6 +20,16 @@ def test_sort_and_unique_equal_torch(n, dtype, device):
     assert torch.equal(unique_keys(keys), torch.unique(keys, sorted=True))
     out = sort_keys(keys, inplace=True)
     assert out.data_ptr() == keys.data_ptr() and torch.equal(out, torch.sort(before).values)
+
+
+@with_devices
+@pytest.mark.parametrize("n", [0, 1, 50])
+def test_sorted_contains_equals_isin(n, device):
+    gen = torch.Generator().manual_seed(n)
+    keys = unique_keys(torch.randint(-20, 20, (n,), generator=gen)).to(device)
+    probe = torch.randint(-25, 25, (6, 7), generator=gen).to(device)  # below, between and above the keys
+    got = sorted_contains(keys, probe)
+    assert got.shape == probe.shape and torch.equal(got, torch.isin(probe, keys))
 
 
 def test_strided_input_and_errors():
