@@ -44,5 +44,5 @@ setup(
         "bench": ["python-igraph>=0.11", "torch-ppr>=0.0.8"],
         "test": ["pytest>=8", "hypothesis>=6.100", "python-igraph>=0.11"],
     },
-    entry_points={"console_scripts": ["hpengine=hpengine.pipeline.cli:main"]},
+    entry_points={"console_scripts": ["hpengine=hpengine.cli:main"]},
 )

@@ -1,7 +1,7 @@
 """``python -m hpengine``: the same front door as the ``hpengine`` command."""
 import sys
 
-from hpengine.pipeline.cli import main
+from hpengine.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,7 +32,7 @@ def _listed_methods(help_text: str) -> list:
 
 @pytest.fixture(scope="module")
 def help_run():
-    return _python("-X", "importtime", "-m", "hpengine.pipeline.cli", "--help")
+    return _python("-X", "importtime", "-m", "hpengine.cli", "--help")
 
 
 def test_help_imports_neither_torch_nor_transformers(help_run):
@@ -43,7 +43,7 @@ def test_help_imports_neither_torch_nor_transformers(help_run):
 
 
 def test_help_lists_every_command_and_the_registered_methods(help_run):
-    from hpengine.pipeline.cli import COMMANDS
+    from hpengine.cli import COMMANDS
 
     text = help_run.stdout
     assert set(COMMANDS) == {"index", "add", "delete", "update", "ask", "eval", "demo", "report", "grag-build"}
@@ -67,7 +67,7 @@ def test_method_configs_are_the_retrievers_config_classes():
 
 
 def test_package_imports_stay_light_and_exports_load_on_first_use():
-    code = ("import sys, hpengine, hpengine.config, hpengine.pipeline, hpengine.pipeline.cli; "
+    code = ("import sys, hpengine, hpengine.config, hpengine.pipeline, hpengine.cli; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     assert _python("-c", code).stdout.strip() == "[]"
     import hpengine
@@ -83,7 +83,7 @@ def test_package_imports_stay_light_and_exports_load_on_first_use():
 
 
 def test_unknown_command_is_one_line_with_exit_2_before_any_heavy_import():
-    proc = _python("-X", "importtime", "-m", "hpengine.pipeline.cli", "frobnicate")
+    proc = _python("-X", "importtime", "-m", "hpengine.cli", "frobnicate")
     err = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
     assert proc.returncode == 2 and len(err) == 1, proc.stderr[-2000:]
     assert err[0].startswith("hpengine: error: unknown command") and "grag-build" in err[0] and "'frobnicate'" in err[0]
@@ -96,7 +96,7 @@ def test_every_method_is_an_engine_option_without_a_yaml(name):
     from omegaconf import OmegaConf
 
     from hpengine.config import register_configs
-    from hpengine.pipeline.cli import _compose
+    from hpengine.cli import _compose
 
     assert not (CONF / "engine" / f"{name}.yaml").exists()
     register_configs()
@@ -106,7 +106,7 @@ def test_every_method_is_an_engine_option_without_a_yaml(name):
 
 
 def test_grag_build_is_a_command(tmp_path, capsys):
-    from hpengine.pipeline.cli import main
+    from hpengine.cli import main
 
     main(["grag-build", "--help"])
     out = capsys.readouterr().out

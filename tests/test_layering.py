@@ -28,8 +28,6 @@ EXCEPTIONS = {
                                       "re-exports (lazily) the job names users import from hpengine.pipeline"),
     "hpengine/pipeline/grag_build.py": ({"jobs"},
                                         "python -m hpengine.pipeline.grag_build: alias of hpengine.jobs.grag_build"),
-    "hpengine/pipeline/cli.py": ({"jobs", "distributed"},
-                                 "the command line (its own layer in STYLE §1) runs the jobs"),
 }
 
 

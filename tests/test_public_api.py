@@ -17,7 +17,7 @@ def test_subpackage_paths():
     from hpengine.models import Encoder, FastExtractor, LLMExtractor, batched_generate  # noqa: F401
     from hpengine.pipeline import (ChainFact, Engine, HopRecord, Prediction, QASteps, Retriever,  # noqa: F401
                                    available_retrievers, get_retriever, register_retriever)
-    from hpengine.pipeline.cli import main  # noqa: F401
+    from hpengine.cli import main  # noqa: F401
     from hpengine.config import DemoJobConfig, EvalJobConfig  # noqa: F401
     from hpengine.graph import IndexLookups  # noqa: F401
     from hpengine.retrieval import DenseIndex, HopResult, dense_topk, hyperprove_hop  # noqa: F401

@@ -1,7 +1,7 @@
 """Typed configuration schemas.
 
 Library functions take these dataclasses (or plain kwargs); they never see a Hydra
-``DictConfig``. Entry points (``hpengine.pipeline.cli``, ``benchmarks/``) compose YAML from
+``DictConfig``. Entry points (``hpengine.cli``, ``benchmarks/``) compose YAML from
 ``conf/`` on top of these schemas, so a misspelled key fails at compose time.
 """
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_the_defaults_and_the_edges_of_the_ranges_are_accepted():
 ])
 def test_the_command_line_refuses_them_in_one_line(overrides, pattern):
     """What ``hpengine eval ...`` runs before anything loads (in-process: compose, then check)."""
-    from hpengine.pipeline.cli import _compose, job_config
+    from hpengine.cli import _compose, job_config
 
     register_configs(_method_configs())
     cfg = _compose("eval", ["index=idx", "questions=q.json", *overrides])

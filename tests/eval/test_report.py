@@ -10,7 +10,7 @@ from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION, recall_at_k
 from hpengine.eval._report import (build_report, collect, default_report_path, make_runs, question_type,
                                    recall_ceiling, recall_from_ranks, write_report)
 from hpengine.jobs import report_main
-from hpengine.pipeline.cli import main
+from hpengine.cli import main
 
 GOLD = {"q1": [("Film A", "Film A is by Ann."), ("Ann", "Ann was born in Oslo.")],
         "q2": [("Film B", "Film B is by Bo."), ("Bo", "Bo was born in Rome.")],

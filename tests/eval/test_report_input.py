@@ -10,7 +10,7 @@ import pytest
 
 from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION
 from hpengine.eval._report import build_report, collect, make_runs, write_report
-from hpengine.pipeline.cli import main
+from hpengine.cli import main
 
 #: strings that end or alter a script element, an HTML comment, a CDATA section or a JS string,
 #: an entity that must stay literal, and mathtext that matplotlib would fail to draw

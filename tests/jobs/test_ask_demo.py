@@ -9,7 +9,7 @@ import pytest
 
 from hpengine.graph import builtin_corpus_path
 from hpengine.jobs._eval import NO_LLM_LABEL, format_prediction
-from hpengine.pipeline.cli import main, split_ask_args
+from hpengine.cli import main, split_ask_args
 
 FAST = ["encoder.dtype=float32"]
 

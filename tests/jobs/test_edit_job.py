@@ -15,7 +15,7 @@ from hpengine.errors import UserError
 from hpengine.graph import Index, IndexLockedError, IndexStore, Passage, build_index
 from hpengine.jobs import run_delete, run_update
 from hpengine.models import ExtractedFact
-from hpengine.pipeline.cli import main
+from hpengine.cli import main
 from hpengine.testing._fakes import HashingEncoder
 
 TABLE = {

@@ -292,7 +292,7 @@ def test_folder_transformers_cannot_read_is_one_user_error(tiny, tmp_path):
 
 def test_cli_reports_a_bad_encoder_path_in_one_line(tmp_path, capsys):
     from hpengine.graph import builtin_corpus_path
-    from hpengine.pipeline.cli import main
+    from hpengine.cli import main
 
     missing = tmp_path / "no-model"
     with pytest.raises(SystemExit) as exit_:

@@ -5,7 +5,7 @@ import pytest
 
 from hpengine.graph import builtin_corpus_path
 from hpengine.graph._index import Index
-from hpengine.pipeline.cli import main
+from hpengine.cli import main
 
 
 def test_help_and_unknown_command(capsys):

@@ -163,7 +163,7 @@ def cli_in_process(*args):
     import io
     import traceback
 
-    from hpengine.pipeline.cli import main
+    from hpengine.cli import main
 
     err, out = io.StringIO(), io.StringIO()
     debug = os.environ.pop("HPENGINE_DEBUG", None)
@@ -219,7 +219,7 @@ def cli_many(jobs: dict, timeout=240) -> dict:
         full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         full_env.pop("HPENGINE_DEBUG", None)  # only the jobs that ask for it
         full_env.update(env or {})
-        procs[key] = (subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", *map(str, args)], cwd=cwd,
+        procs[key] = (subprocess.Popen([sys.executable, "-m", "hpengine.cli", *map(str, args)], cwd=cwd,
                                        env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), args)
     out = {}
     for key, (proc, args) in procs.items():
@@ -360,7 +360,7 @@ def test_tiny_index_answers_a_question_with_equals_sign(work):
     (["IDX", "--", "-m", ], ("IDX", "-m", [])),
 ])
 def test_ask_argument_rule(args, expected):
-    from hpengine.pipeline.cli import split_ask_args
+    from hpengine.cli import split_ask_args
 
     assert split_ask_args(args, {"model", "engine", "eval", "retriever", "index"}) == expected
 
@@ -458,7 +458,7 @@ def test_a_killed_streaming_build_resumes_from_its_finished_shard(killed_runs, t
 def test_kill_9_mid_work_leaves_index_unchanged(work):
     idx = work / "idx"
     before = checksum(idx)
-    proc = subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", "add", f"corpus={work / 'more.jsonl'}",
+    proc = subprocess.Popen([sys.executable, "-m", "hpengine.cli", "add", f"corpus={work / 'more.jsonl'}",
                              f"out={idx}", *FAST], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     time.sleep(2.5)  # loading models / extracting: before the save
@@ -470,7 +470,7 @@ def test_kill_9_mid_work_leaves_index_unchanged(work):
 # ------------------------------------------------ nothing lost: reads, overwrites, outputs
 def main_in_process(capsys, *args) -> tuple:
     """``(exit status, stderr)`` of ``hpengine ARGS`` run in this process (fast: no start-up)."""
-    from hpengine.pipeline.cli import main
+    from hpengine.cli import main
 
     try:
         main([str(a) for a in args])
@@ -549,7 +549,7 @@ def test_two_concurrent_adds_keep_both_sets_of_passages(work):
     idx = work / "idx"
     write(work / "b.jsonl", json.dumps({"title": "Trondheim", "text": "Trondheim is a city in Norway."}) + "\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    procs = [subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", "add", f"corpus={work / name}",
+    procs = [subprocess.Popen([sys.executable, "-m", "hpengine.cli", "add", f"corpus={work / name}",
                                f"out={idx}", *FAST], cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for name in ("more.jsonl", "b.jsonl")]
     outs = [p.communicate(timeout=240) for p in procs]

@@ -101,7 +101,7 @@ def test_e5_index_rebuilds_its_encoder_config_and_names_the_build_command(tmp_pa
 
 
 def test_another_encoder_than_the_index_is_refused_in_one_line(builtin_index, tmp_path, capsys):
-    from hpengine.pipeline.cli import main
+    from hpengine.cli import main
 
     index, _, _ = builtin_index
     index.save(tmp_path / "idx")

@@ -299,7 +299,7 @@ def test_config_errors_are_one_line(kwargs, error, match):
 def test_the_command_line_refuses_them_in_one_line(overrides, match):
     from hpengine.config import register_configs
     from hpengine.errors import UserError
-    from hpengine.pipeline.cli import _compose, job_config
+    from hpengine.cli import _compose, job_config
 
     register_configs()
     with pytest.raises(UserError, match=match) as err:
@@ -309,7 +309,7 @@ def test_the_command_line_refuses_them_in_one_line(overrides, match):
 
 def test_the_command_line_composes_fusion_with_its_settings():
     from hpengine.config import register_configs
-    from hpengine.pipeline.cli import _compose, job_config
+    from hpengine.cli import _compose, job_config
 
     register_configs()
     cfg = job_config(_compose("eval", ["index=idx", "questions=q.json", "engine=fusion", "engine.rule=score",
@@ -329,7 +329,7 @@ QUESTIONS = [{"id": "q1", "question": "Where was the director of Solo born?", "a
 
 
 def test_eval_and_ask_accept_retriever_fusion(tmp_path, capsys):
-    from hpengine.pipeline.cli import main
+    from hpengine.cli import main
 
     (tmp_path / "corpus.json").write_text(json.dumps(CORPUS))
     (tmp_path / "q.json").write_text(json.dumps(QUESTIONS))

@@ -13,7 +13,7 @@ import hpengine.distributed as distributed
 import hpengine.jobs as jobs
 import hpengine.jobs._index as index_job
 from hpengine.graph import builtin_corpus_path, builtin_questions_path
-from hpengine.pipeline.cli import main
+from hpengine.cli import main
 
 
 def _ctrl_c(*args, **kwargs):
@@ -88,7 +88,7 @@ def test_sigint_to_a_running_index_build(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("HPENGINE_DEBUG", None)
     out = tmp_path / "idx"
-    proc = subprocess.Popen([sys.executable, "-m", "hpengine.pipeline.cli", "index",
+    proc = subprocess.Popen([sys.executable, "-m", "hpengine.cli", "index",
                              f"corpus={builtin_corpus_path()}", f"out={out}", "encoder.dtype=float32"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     seen = b""

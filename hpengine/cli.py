@@ -112,7 +112,7 @@ def usage() -> str:
 
 def _conf_dir() -> str:
     here = Path(__file__).resolve()
-    repo_conf = here.parents[2] / "conf"  # editable install / source checkout
+    repo_conf = here.parents[1] / "conf"  # editable install / source checkout
     if (repo_conf / "index.yaml").exists():
         return str(repo_conf)
     import hpengine.conf
