@@ -35,6 +35,5 @@ if WITH_FAISS:
         WITH_FAISS_GPU = hasattr(_faiss, "StandardGpuResources") and _faiss.get_num_gpus() > 0
     except Exception:  # a broken faiss install must not break hpengine
         WITH_FAISS = False
-WITH_TRITON: bool = _has("triton")
 
-__all__ = ["FactEntityIndex", "FactPassage", "WITH_FAISS", "WITH_FAISS_GPU", "WITH_TRITON"]
+__all__ = ["FactEntityIndex", "FactPassage", "WITH_FAISS", "WITH_FAISS_GPU"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from pathlib import Path
 
 from hpengine.config import IndexConfig
@@ -165,7 +164,3 @@ def format_report(report: dict, out: str | Path) -> str:
     lines.append(f"  peak RSS {report['peak_rss_mb']:.0f} MiB"
                  + (f", peak CUDA {report['peak_cuda_mb']:.0f} MiB" if "peak_cuda_mb" in report else ""))
     return "\n".join(lines)
-
-
-def report_json(report: dict) -> str:
-    return json.dumps(report, indent=2, default=str)

@@ -1,7 +1,7 @@
 """``hpengine grag-build INDEX [key=value ...]``: add GRAG-MH's parts (triples, communities,
 summary nodes) to a saved index, atomically. Keys are :class:`~hpengine.config.GragBuildConfig`
 fields (``triples=llm llm_model=PATH``, ``summarizer=MODEL``, ``louvain_seed=0`` ...).
-``python -m hpengine.jobs.grag_build`` and ``python -m hpengine.pipeline.grag_build`` are aliases."""
+``python -m hpengine.jobs.grag_build`` is an alias."""
 from __future__ import annotations
 
 import dataclasses

@@ -14,12 +14,8 @@ subgraph, BFS, entity linking) runs under ``torch.no_grad`` and passes no gradie
   differentiable through the PageRank solve.
 
 They are not the engine's retrieval methods (``hpengine.pipeline.retrievers``: question text in,
-passages and answers out, PPR seeded from NER links, fact seeds and a passage reset). The names
-``DenseRetriever``, ``PPRRetriever`` and ``HyperProveHop`` of hpengine 0.1 still import from here
-for one release, with a ``DeprecationWarning``.
+passages and answers out, PPR seeded from NER links, fact seeds and a passage reset).
 """
-import warnings
-
 from hpengine.nn._base import IndexModule, Retrieved
 from hpengine.nn._differentiable_dense import DifferentiableDense
 from hpengine.nn._differentiable_hop import DifferentiableHyperProveHop
@@ -28,19 +24,3 @@ from hpengine.nn._graph import GraphModule
 
 __all__ = ["DifferentiableDense", "DifferentiableHyperProveHop", "DifferentiablePPR", "GraphModule", "IndexModule",
            "Retrieved"]
-
-# old name -> its class, kept for one release
-_DEPRECATED = {"DenseRetriever": DifferentiableDense, "PPRRetriever": DifferentiablePPR,
-               "HyperProveHop": DifferentiableHyperProveHop}
-
-
-def __getattr__(name: str):
-    # PEP 562: runs only for names not defined above, i.e. on every use of an old name
-    if name in _DEPRECATED:
-        cls = _DEPRECATED[name]
-        warnings.warn(f"hpengine.nn.{name} is deprecated and will be removed in the next release; use "
-                      f"hpengine.nn.{cls.__name__} (the same class: it shares a name with the engine's "
-                      f"retrieval methods but is a differentiable module over tensors)",
-                      DeprecationWarning, stacklevel=2)
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

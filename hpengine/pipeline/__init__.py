@@ -1,11 +1,10 @@
 """The engine and its methods: a question batch in, ranked passages and answers out; the text rules
-of the reading steps; the factories that build encoders, extractors and the LLM from config; the
-command line. The jobs live in :mod:`hpengine.jobs` and torchrun sharding in
-:mod:`hpengine.distributed`; the names of theirs listed here stay importable from here for users'
-imports.
+of the reading steps; the factories that build encoders, extractors and the LLM from config. The
+jobs that run the engine live in :mod:`hpengine.jobs` and their torchrun sharding in
+:mod:`hpengine.distributed`.
 
 The exports load on first use (PEP 562), so importing the package (or the command line's
-``--help``) does not pay for torch and transformers, and the engine does not import the jobs.
+``--help``) does not pay for torch and transformers.
 """
 from __future__ import annotations
 
@@ -38,24 +37,9 @@ _EXPORTS = {
     "available_retrievers": "hpengine.pipeline.retrievers",
     "get_retriever": "hpengine.pipeline.retrievers",
     "register_retriever": "hpengine.pipeline.retrievers",
-    # re-exported for users' imports: the jobs and their torchrun sharding (issue 30)
-    "evaluate": "hpengine.jobs",
-    "format_report": "hpengine.jobs",
-    "make_engine": "hpengine.jobs",
-    "run_add": "hpengine.jobs",
-    "run_eval": "hpengine.jobs",
-    "run_index": "hpengine.jobs",
-    "answer_distributed": "hpengine.distributed",
-    "evaluate_distributed": "hpengine.distributed",
-    "run_eval_distributed": "hpengine.distributed",
-    "run_index_distributed": "hpengine.distributed",
-    "shard_questions": "hpengine.distributed",
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
-    from hpengine.distributed import (answer_distributed, evaluate_distributed, run_eval_distributed,
-                                      run_index_distributed, shard_questions)
-    from hpengine.jobs import evaluate, format_report, make_engine, run_add, run_eval, run_index
     from hpengine.pipeline._engine import Engine, finish
     from hpengine.pipeline._factory import (check_llm, encoder_for_index, index_encoder_config, load_llm, make_encoder,
                                             make_extractor, peek_index_meta)
@@ -73,34 +57,23 @@ __all__ = [
     "QASteps",
     "Retrieved",
     "Retriever",
-    "answer_distributed",
     "available_retrievers",
     "check_llm",
     "choice_options",
     "encoder_for_index",
-    "evaluate",
-    "evaluate_distributed",
     "finish",
-    "format_report",
     "get_retriever",
     "index_encoder_config",
     "is_comparison",
     "is_unknown",
     "load_llm",
     "make_encoder",
-    "make_engine",
     "make_extractor",
     "names_shared",
     "peek_index_meta",
     "register_retriever",
     "resolve_choice",
     "rewrite",
-    "run_add",
-    "run_eval",
-    "run_eval_distributed",
-    "run_index",
-    "run_index_distributed",
-    "shard_questions",
 ]
 
 

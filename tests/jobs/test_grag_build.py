@@ -1,6 +1,5 @@
-"""``python -m hpengine.jobs.grag_build`` and its former path ``python -m hpengine.pipeline.grag_build``
-(kept for users' scripts) are one front door: same function, same one-line error and exit status.
-The process-level exit statuses of the front door are tested in tests/pipeline/test_cli_errors.py."""
+"""``python -m hpengine.jobs.grag_build``, run as a module, gives the front door's one-line error and
+exit status. The process-level exit statuses of the front door are tested in tests/pipeline/test_cli_errors.py."""
 import runpy
 import sys
 import warnings
@@ -8,16 +7,9 @@ import warnings
 import pytest
 
 
-def test_the_former_module_is_an_alias():
-    from hpengine.jobs.grag_build import main
-    from hpengine.pipeline.grag_build import main as former
-
-    assert former is main
-
-
-@pytest.mark.parametrize("module", ["hpengine.jobs.grag_build", "hpengine.pipeline.grag_build"])
-def test_both_paths_run_as_modules(module, capsys, monkeypatch):
-    """Each module run as ``__main__`` (what ``python -m`` does), in this process."""
+def test_runs_as_a_module(capsys, monkeypatch):
+    """The module run as ``__main__`` (what ``python -m`` does), in this process."""
+    module = "hpengine.jobs.grag_build"
     monkeypatch.delenv("HPENGINE_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", [module])
     with warnings.catch_warnings():  # runpy notes that the module was imported before: expected here

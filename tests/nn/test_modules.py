@@ -1,6 +1,5 @@
 """hpengine.nn: the differentiable retrieval modules equal the functional ops, their scores are
-differentiable (float64 gradcheck on small graphs), buffers follow .to() and stay out of
-state_dict, and the old class names still import, with a DeprecationWarning."""
+differentiable (float64 gradcheck on small graphs), buffers follow .to() and stay out of state_dict."""
 import pytest
 import torch
 from torch.func import functional_call
@@ -262,18 +261,3 @@ def test_hop_and_ppr_modules_run_compiled():
     assert torch.equal(compiled.ids, eager.ids)
     torch.testing.assert_close(compiled.scores, eager.scores)
 
-
-# ---------------------------------------------------------------------- old names
-@pytest.mark.parametrize("old, new", [("DenseRetriever", "DifferentiableDense"), ("PPRRetriever", "DifferentiablePPR"),
-                                      ("HyperProveHop", "DifferentiableHyperProveHop")])
-def test_old_names_still_import_with_a_deprecation_warning(old, new):
-    import hpengine.nn
-
-    with pytest.warns(DeprecationWarning, match=rf"hpengine\.nn\.{old} is deprecated.*hpengine\.nn\.{new}"):
-        cls = getattr(hpengine.nn, old)
-    assert cls is getattr(hpengine.nn, new)
-    with pytest.warns(DeprecationWarning, match=old):
-        exec(f"from hpengine.nn import {old}", {})
-    assert old not in hpengine.nn.__all__
-    with pytest.raises(AttributeError, match="no attribute 'NoSuchModule'"):
-        hpengine.nn.NoSuchModule  # noqa: B018
