@@ -1,5 +1,5 @@
 """What a report holds: the runs it compares and the data its page shows (shared by the
-computation in ``_report.py`` and the rendering in ``_report_page.py``)."""
+computation in ``_report_summary.py`` and ``_report_browser.py`` and the rendering in ``_report_page.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -7,8 +7,8 @@ import pytest
 
 from hpengine.errors import UserError
 from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION, recall_at_k
-from hpengine.eval._report import (build_report, collect, default_report_path, make_runs, question_type,
-                                   recall_ceiling, recall_from_ranks, write_report)
+from hpengine.eval._report import build_report, collect, default_report_path, write_report
+from hpengine.eval._report_summary import make_runs, question_type, recall_ceiling, recall_from_ranks
 from hpengine.jobs import report_main
 from hpengine.cli import main
 
@@ -292,7 +292,7 @@ def test_demo_writes_its_report(tmp_path, capsys):
 
 
 def test_method_specific_settings_warnings_and_record_notes(runs):
-    from hpengine.eval._report import differing_settings, make_runs
+    from hpengine.eval._report_summary import differing_settings
 
     _, (dense, hyper) = runs
     ppr = json.loads(json.dumps(dense))

@@ -9,7 +9,8 @@ from html.parser import HTMLParser
 import pytest
 
 from hpengine.eval import EVAL_FORMAT_NAME, EVAL_FORMAT_VERSION
-from hpengine.eval._report import build_report, collect, make_runs, write_report
+from hpengine.eval._report import build_report, collect, write_report
+from hpengine.eval._report_summary import make_runs
 from hpengine.cli import main
 
 #: strings that end or alter a script element, an HTML comment, a CDATA section or a JS string,
