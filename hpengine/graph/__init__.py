@@ -3,9 +3,10 @@ from hpengine.graph._hypergraph import HyperGraph
 
 __all__ = ["HyperGraph"]
 
-from hpengine.graph._corpus import CorpusLoad, Passage, builtin_corpus_path, builtin_questions_path, load_corpus
+from hpengine.graph._corpus import (CorpusLoad, Passage, builtin_corpus_path, builtin_questions_path, load_corpus,
+                                    load_records)
 
-__all__ += ["CorpusLoad", "Passage", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
+__all__ += ["CorpusLoad", "Passage", "load_corpus", "load_records", "builtin_corpus_path", "builtin_questions_path"]
 
 from hpengine.graph._texts import PassageColumn, TextColumn
 from hpengine.graph._mmap import map_safetensors, mapped_empty, page_out, read_safetensors, write_safetensors

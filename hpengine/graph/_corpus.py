@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Optional
 
 from hpengine.errors import InputNotFoundError, UserError, utf8_error
 
-__all__ = ["Passage", "CorpusLoad", "load_corpus", "builtin_corpus_path", "builtin_questions_path"]
+__all__ = ["Passage", "CorpusLoad", "load_corpus", "load_records", "builtin_corpus_path", "builtin_questions_path"]
 
 _FORMATS = ("json", "jsonl", "csv", "parquet", "hub")
 _SUFFIX_FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv",
@@ -270,3 +270,23 @@ def load_corpus(path, fmt: Optional[str] = None) -> CorpusLoad:
         raise
     except OSError as exc:  # unreadable file (permissions, I/O error)
         raise UserError(f"{path_str}: cannot read the corpus ({exc.strerror or exc})") from exc
+
+
+def load_records(records: Iterable, source: str = "records") -> CorpusLoad:
+    """Passages from in-memory records, by the rules of :func:`load_corpus` (format ``records``).
+
+    Args:
+        records: ``{title, text}`` dicts (extra keys ignored) or :class:`Passage` objects.
+        source: how error messages name the records. Default ``"records"``.
+
+    Raises:
+        hpengine.errors.UserError: a record that is not ``{title, text}`` strings (naming its index).
+
+    Example:
+        >>> load_records([{"title": "A", "text": " a "}, {"title": "A", "text": "a"}]).passages
+        [Passage(title='A', text='a')]
+    """
+    if isinstance(records, (str, bytes, dict)):
+        raise TypeError(f"records must be a list of {{title, text}} dicts (got {type(records).__name__})")
+    return _dedupe((_check_record(vars(r) if isinstance(r, Passage) else r, source, i)
+                    for i, r in enumerate(records)), "records")

@@ -96,28 +96,30 @@ def _check_paths(cfg: EditJobConfig, command: str) -> None:
     check_writable(cfg.out, "out")
 
 
-def _corpus(cfg: EditJobConfig, command: str) -> list:
-    """The passages of ``cfg.corpus`` (none when unset); a file without passages is refused."""
-    if not cfg.corpus:
+def _corpus(cfg: EditJobConfig, command: str, loaded=None) -> list:
+    """The passages of ``cfg.corpus``, or ``loaded`` (a :class:`~hpengine.graph.CorpusLoad` of records
+    given in memory); none when neither is given; a corpus without passages is refused."""
+    if loaded is None and not cfg.corpus:
         return []
-    loaded = load_corpus(cfg.corpus)
+    loaded = load_corpus(cfg.corpus) if loaded is None else loaded
     if not loaded.passages:
         r = loaded.report
-        raise UserError(f"corpus={cfg.corpus!r} has no passages to {command} ({r['num_records']} records, "
+        raise UserError(f"corpus={cfg.corpus or 'records'!r} has no passages to {command} ({r['num_records']} records, "
                         f"{r['empty_skipped']} with empty text, {r['duplicates_dropped']} duplicates)")
     return loaded.passages
 
 
-def run_delete(cfg: EditJobConfig, *, progress: bool = True):
-    """Delete the passages that ``cfg.corpus`` (records matched by title and text, else by title),
-    ``cfg.titles`` and ``cfg.ids`` name from the saved index at ``cfg.out``.
+def run_delete(cfg: EditJobConfig, *, progress: bool = True, loaded=None):
+    """Delete the passages that ``cfg.corpus`` (records matched by title and text, else by title; or
+    ``loaded``, the records as a :class:`~hpengine.graph.CorpusLoad`), ``cfg.titles`` and ``cfg.ids``
+    name from the saved index at ``cfg.out``.
 
     Raises:
         UserError: no index at ``out``, nothing named, a name that matches no passage, or every
             passage named; checked before any model loads, the index untouched.
     """
     _check_paths(cfg, "delete")
-    records = _corpus(cfg, "delete")
+    records = _corpus(cfg, "delete", loaded)
     if not (records or cfg.titles or cfg.ids):
         raise UserError("delete needs corpus=PATH, titles=[...] or ids=[...] to name the passages to remove "
                         "(got none)")
@@ -132,10 +134,10 @@ def run_delete(cfg: EditJobConfig, *, progress: bool = True):
     return new, report
 
 
-def run_update(cfg: EditJobConfig, *, progress: bool = True):
+def run_update(cfg: EditJobConfig, *, progress: bool = True, loaded=None):
     """Replace the texts of the passages of the saved index at ``cfg.out`` by the records of
-    ``cfg.corpus`` (matched by title, or ``cfg.ids`` one per record). Nothing is written when every
-    record equals its passage.
+    ``cfg.corpus`` (or ``loaded``, as :func:`run_delete`'s; matched by title, or ``cfg.ids`` one per
+    record). Nothing is written when every record equals its passage.
 
     Raises:
         UserError: no index at ``out``, no records, titles that match no passage or several,
@@ -145,7 +147,7 @@ def run_update(cfg: EditJobConfig, *, progress: bool = True):
     if cfg.titles is not None:
         raise UserError(f"update matches its records by title, or by ids= (one per record); titles= is for delete "
                         f"(got titles={cfg.titles!r})")
-    records = _corpus(cfg, "update")
+    records = _corpus(cfg, "update", loaded)
     if not records:
         raise UserError("update needs corpus=PATH, the records {title, text} with the new texts (got no corpus=)")
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine update") as writer:

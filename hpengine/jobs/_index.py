@@ -18,23 +18,28 @@ _EXTRACTOR_RUNTIME = ("device", "cache_dir", "n_process", "spacy_batch_size", "l
 _ENCODER_RUNTIME = ("device", "local_files_only")
 
 
-def load_index_corpus(cfg: IndexConfig, command: str):
-    if not cfg.corpus:
+def load_index_corpus(cfg: IndexConfig, command: str, loaded=None):
+    """The passages of ``cfg.corpus``, or ``loaded`` (a :class:`~hpengine.graph.CorpusLoad` of records
+    given in memory, :func:`~hpengine.graph.load_records`); refused when there are none."""
+    if loaded is None and not cfg.corpus:
         raise UserError(f"{command} needs corpus=PATH (a JSON list or JSONL of {{title, text}}, CSV, Parquet); "
                         f"the built-in demo corpus is for `hpengine demo` (got no corpus=)")
-    loaded = load_corpus(cfg.corpus)
+    loaded = load_corpus(cfg.corpus) if loaded is None else loaded
     if not loaded.passages:
         r = loaded.report
-        raise UserError(f"corpus={cfg.corpus!r} has no passages to index ({r['num_records']} records, "
+        raise UserError(f"corpus={cfg.corpus or 'records'!r} has no passages to index ({r['num_records']} records, "
                         f"{r['empty_skipped']} with empty text, {r['duplicates_dropped']} duplicates)")
     return loaded
 
 
-def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = True, wrap=None, save=None):
+def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = True, wrap=None, save=None,
+              loaded=None):
     """Build and save the index described by ``cfg``.
 
     Args:
-        cfg: ``corpus`` is required; ``out`` is the folder written.
+        cfg: ``corpus`` is required (unless ``loaded``); ``out`` is the folder written.
+        loaded: the passages as a :class:`~hpengine.graph.CorpusLoad` instead of ``cfg.corpus``
+            (records given in memory, :func:`~hpengine.graph.load_records`). Default None.
         overwrite: replace an index already at ``cfg.out`` (default False: refuse).
         progress: progress bars.
         wrap: ``(extractor, encoder) -> (extractor, encoder)``, and ``save``: ``index -> None``
@@ -51,7 +56,7 @@ def run_index(cfg: IndexConfig, *, overwrite: bool = False, progress: bool = Tru
     """
     check_output_dir(cfg.out, overwrite=overwrite)
     corpus_path = cfg.corpus
-    loaded = load_index_corpus(cfg, "index")
+    loaded = load_index_corpus(cfg, "index", loaded)
     if save is not None:  # a torchrun build: rank 0 saves (under the lock), every rank hears how it went
         index, report = build_from_corpus(cfg, loaded, corpus_path, progress, wrap)
         save(index)
@@ -122,15 +127,16 @@ def build_from_corpus(cfg: IndexConfig, loaded, corpus_path: str, progress: bool
     return index, report
 
 
-def run_add(cfg: IndexConfig, *, progress: bool = True):
-    """Add the passages of ``cfg.corpus`` to the saved index at ``cfg.out`` (incremental).
+def run_add(cfg: IndexConfig, *, progress: bool = True, loaded=None):
+    """Add the passages of ``cfg.corpus`` (or ``loaded``, as :func:`run_index`'s) to the saved index
+    at ``cfg.out`` (incremental).
 
     Raises:
         UserError: no corpus, a corpus without passages, or no index at ``cfg.out``; checked
             before any model loads.
     """
     check_index_dir(cfg.out, "out")
-    loaded = load_index_corpus(cfg, "add")
+    loaded = load_index_corpus(cfg, "add", loaded)
     check_writable(cfg.out, "out")
     encoder = make_encoder(cfg.encoder)
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine add") as writer:
