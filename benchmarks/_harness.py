@@ -240,7 +240,7 @@ def load_dev_set(name: str, args) -> tuple:
     from hpengine.config import EncoderConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
-    from hpengine.pipeline import encoder_for_index
+    from hpengine.models import encoder_for_index
 
     index = Index.load(str(Path(args.index_root) / f"{name}{args.index_suffix}"))
     encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))

@@ -33,7 +33,9 @@ def test_jobs_and_distributed_paths():
     from hpengine.jobs import (EvalCheckpoint, build_grag, evaluate, format_report, make_engine,  # noqa: F401
                                report_main, run_add, run_demo, run_eval, run_grag_build, run_index)
     from hpengine.jobs.grag_build import main  # noqa: F401
-    from hpengine.pipeline import check_llm, load_llm  # noqa: F401
+    from hpengine.jobs import peek_index_meta  # noqa: F401
+    from hpengine.models import (check_llm, encoder_for_index, index_encoder_config, load_llm,  # noqa: F401
+                                 make_encoder, make_extractor)
 
 
 def test_the_engine_face_names_no_job():

@@ -33,7 +33,8 @@ def dump(args) -> None:
     from hpengine.eval import load_questions
     from hpengine.graph import Index
     from hpengine.models import Decomposer, Reader
-    from hpengine.pipeline import Engine, encoder_for_index
+    from hpengine.models import encoder_for_index
+    from hpengine.pipeline import Engine
     from hpengine.testing._tiny_lm import build_tiny_pair
 
     torch.set_num_threads(args.threads)

@@ -43,7 +43,8 @@ def member_rankings(index_path: str, questions_path: str, batch_size: int = 256)
     from hpengine.config import EncoderConfig, FusionConfig, RetrievalConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
-    from hpengine.pipeline import Engine, encoder_for_index
+    from hpengine.models import encoder_for_index
+    from hpengine.pipeline import Engine
 
     index = Index.load(index_path)
     encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path=""))

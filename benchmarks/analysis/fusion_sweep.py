@@ -154,7 +154,8 @@ def main(argv=None) -> int:
     from hpengine.eval import load_questions
     from hpengine.graph import Index
     from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index
+    from hpengine.models import encoder_for_index
+    from hpengine.pipeline import Engine
 
     index = Index.load(args.index)
     encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", dtype=args.encoder_dtype))

@@ -103,8 +103,9 @@ def main() -> None:
     from hpengine.config import EncoderConfig, GragConfig
     from hpengine.eval import exact_match, f1_score, normalize_answer
     from hpengine.graph import Index
-    from hpengine.models import Reader
-    from hpengine.pipeline import Engine, HopRecord, encoder_for_index, peek_index_meta
+    from hpengine.jobs import peek_index_meta
+    from hpengine.models import Reader, encoder_for_index
+    from hpengine.pipeline import Engine, HopRecord
     from hpengine.pipeline.retrievers import final_read_steps, path_read_passages, self_consistency_vote
 
     run = json.load(open(args.run))

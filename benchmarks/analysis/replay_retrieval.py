@@ -56,7 +56,8 @@ def main() -> None:
     from hpengine.eval import load_questions, recall_at_k
     from hpengine.config import HyperProveConfig
     from hpengine.graph import Index
-    from hpengine.pipeline import Engine, make_encoder
+    from hpengine.models import make_encoder
+    from hpengine.pipeline import Engine
 
     records = next(iter(json.load(open(args.run))["results"].values()))["records"]
     questions = load_questions(args.questions)[: len(records)]

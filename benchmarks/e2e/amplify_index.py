@@ -283,7 +283,8 @@ def reader_stages(args, folder: Path, timed) -> dict:
     from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
     from hpengine.graph import Index
     from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever
+    from hpengine.models import encoder_for_index
+    from hpengine.pipeline import Engine, get_retriever
 
     from bench_scale import WARMUP_QUESTIONS, question_mix
 

@@ -52,8 +52,9 @@ def main() -> None:
     from hpengine.config import EncoderConfig, EvalConfig, ModelConfig, RetrievalConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
-    from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever, load_llm, peek_index_meta
+    from hpengine.jobs import evaluate, peek_index_meta
+    from hpengine.models import encoder_for_index, load_llm
+    from hpengine.pipeline import Engine, get_retriever
 
     encoders = {}  # each index is queried with its own encoder (MiniLM, E5, ...), loaded once per kind
     model_cfg = ModelConfig(llm=args.llm, device=args.device, batch_size=args.llm_batch_size,

@@ -138,7 +138,9 @@ def child_query(args) -> None:
     from hpengine.config import EncoderConfig, EvalConfig, RetrievalConfig
     from hpengine.graph import Index
     from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever, peek_index_meta
+    from hpengine.jobs import peek_index_meta
+    from hpengine.models import encoder_for_index
+    from hpengine.pipeline import Engine, get_retriever
 
     if args.threads:
         torch.set_num_threads(args.threads)

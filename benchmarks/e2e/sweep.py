@@ -38,7 +38,9 @@ def main() -> None:
     from hpengine.eval import load_questions
     from hpengine.graph import Index
     from hpengine.jobs import evaluate
-    from hpengine.pipeline import Engine, encoder_for_index, get_retriever, peek_index_meta
+    from hpengine.jobs import peek_index_meta
+    from hpengine.models import encoder_for_index
+    from hpengine.pipeline import Engine, get_retriever
 
     encoders = {}  # each index's own encoder, loaded once per kind
     config_class = get_retriever(args.retriever).config_class

@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     if args.graph == "index":
         if not args.index:
             parser.error("--graph index needs --index DIR")
-        from hpengine.pipeline import peek_index_meta
+        from hpengine.jobs import peek_index_meta
 
         args.sizes = [int(peek_index_meta(args.index)["num_facts"])]
     if args.threads:

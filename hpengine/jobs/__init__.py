@@ -41,6 +41,7 @@ from hpengine.jobs._paths import (
     check_output_file,
     check_outputs_apart,
     check_writable,
+    peek_index_meta,
 )
 from hpengine.jobs._report import REPORT_USAGE, parse_report_args, report_main, run_report
 
@@ -70,6 +71,7 @@ __all__ = [
     "make_models",
     "parse_report_args",
     "path_stats",
+    "peek_index_meta",
     "prediction_from_json",
     "prediction_to_json",
     "rank_path",

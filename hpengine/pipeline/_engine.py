@@ -81,7 +81,7 @@ class Engine:
     def __init__(self, index, encoder=None, retrieval: RetrievalConfig | None = None,
                  config: EngineConfig | None = None, *, retriever=None, decomposer=None, reader=None):
         if encoder is None:
-            from hpengine.pipeline._factory import encoder_for_index
+            from hpengine.models import encoder_for_index
 
             encoder = encoder_for_index(index.meta)
         if index.meta.get("encoder") not in (None, encoder.name):

@@ -6,9 +6,9 @@ import torch
 from hpengine.config import EncoderConfig, EvalJobConfig, GraphConfig, PPRConfig
 from hpengine.errors import UserError
 from hpengine.graph import Passage, build_index
-from hpengine.models import Encoder
 from hpengine.jobs import make_engine
-from hpengine.pipeline import Engine, index_encoder_config
+from hpengine.models import Encoder, index_encoder_config
+from hpengine.pipeline import Engine
 from hpengine.testing._fakes import HashingEncoder, ListExtractor
 
 TABLE = {"A": [("Ann Lee directed Flannelfoot.", ["Ann Lee", "Flannelfoot"])],
