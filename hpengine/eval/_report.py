@@ -17,7 +17,7 @@ import os
 import uuid
 from pathlib import Path
 
-from hpengine.eval._report_browser import browser_records
+from hpengine.eval._report_browser import browser_records, run_measure
 from hpengine.eval._report_check import check_run, check_same_questions, load_run
 from hpengine.eval._report_data import ReportData
 from hpengine.eval._report_summary import (differing_settings, facet_breakdown, make_runs, question_type,
@@ -85,7 +85,8 @@ def collect(runs: list, questions: list | None = None, questions_path: str | Non
     return ReportData(runs=runs, rows=summary_rows(runs, curves), differing=differing_settings(runs),
                       curves=curves, facets=facet_breakdown(runs, facets_by_id),
                       funnels=[run.result.get("hop_diagnostics") for run in runs],
-                      questions=browser_records(runs, by_id, facets_by_id), notes=notes)
+                      questions=browser_records(runs, by_id, facets_by_id),
+                      measures=[run_measure(run.result) for run in runs], notes=notes)
 
 
 def build_report(results: list, *, paths: list | None = None, names: list | None = None,

@@ -29,6 +29,30 @@ def _run_entry(rec: dict) -> dict:
             "chain": _chain(rec)}
 
 
+def run_measure(result: dict) -> str:
+    """How the browser judges one run's answer to a question: ``"em"`` (exact match) when an LLM wrote
+    the run's answers (the run file's ``"llm": true``), else ``"r5"`` (every gold passage in the top 5).
+    A no-LLM answer is the evidence's best bridge entity, a by-product of the retrieval: the run is
+    judged by what it retrieved.
+
+    Example:
+        >>> run_measure({"llm": False}), run_measure({"llm": True})
+        ('r5', 'em')
+    """
+    return "em" if result.get("llm") else "r5"
+
+
+def default_measure(measures: list) -> str:
+    """The question filter's default measure: EM when every run has LLM answers, else R@5, the one
+    measure every run has (a no-LLM run would fail EM on questions it retrieved for).
+
+    Example:
+        >>> default_measure(["em", "r5"]), default_measure(["em", "em"])
+        ('r5', 'em')
+    """
+    return "em" if measures and all(m == "em" for m in measures) else "r5"
+
+
 def browser_records(runs: list, questions: dict, facets_by_id: dict) -> list:
     """Per question (first run's order): id, text, gold answers and passages, facets, whether some run's
     index lacks a gold passage (``gold_not_in_index``), and per run the answer, EM/F1, Recall@5,
@@ -49,4 +73,4 @@ def browser_records(runs: list, questions: dict, facets_by_id: dict) -> list:
     return out
 
 
-__all__ = ["browser_records"]
+__all__ = ["browser_records", "default_measure", "run_measure"]

@@ -46,6 +46,8 @@ class ReportData:
         facets: question-type breakdowns, ``{facet: {value: [per-run {"n", "recall@5", "em"}]}}``.
         funnels: per run, its ``hop_diagnostics`` (``None`` when the run has none).
         questions: per question, the record for the browser (see :func:`browser_records`).
+        measures: per run, what its question badges show: ``"em"`` for a run with LLM answers,
+            ``"r5"`` for a no-LLM run (see :func:`run_measure`).
         notes: remarks shown at the top of the page (missing files, the runs' warnings, each once).
     """
 
@@ -56,4 +58,5 @@ class ReportData:
     facets: dict
     funnels: list
     questions: list
+    measures: list
     notes: list = field(default_factory=list)

@@ -6,6 +6,7 @@ import json
 import math
 import re
 
+from hpengine.eval._report_browser import default_measure
 from hpengine.eval._report_data import CURVE_KS, TABLE_KS, ReportData
 from hpengine.eval._report_plots import FUNNEL_STAGES, facet_svg, funnel_svg, recall_curve_svg
 
@@ -20,8 +21,10 @@ font-size:12.5px}
 table{border-collapse:collapse;font-size:12.5px}th,td{border:1px solid #e3e6ec;padding:4px 7px;vertical-align:top}
 th{background:#f4f6f9;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.best{font-weight:700;background:#eef7ee}.settings{font-family:ui-monospace,monospace;
-font-size:11.5px;white-space:pre}
-.stages{font-family:ui-monospace,monospace;font-size:11.5px;min-width:180px}
+font-size:11.5px;white-space:pre-wrap}
+.stages{font-family:ui-monospace,monospace;font-size:11.5px}
+#summary td,#cost td{overflow-wrap:anywhere}#summary td.num,#cost td.num{overflow-wrap:normal;white-space:nowrap}
+#summary .path{font-size:11.5px}#summary td.settings{min-width:26ch}h3{font-size:15px;margin:18px 0 6px}
 .plot svg{max-width:100%;height:auto}.wide{overflow-x:auto}.plots{display:flex;flex-wrap:wrap;gap:12px}
 #controls{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin:8px 0;position:sticky;top:0;background:#fff;
 padding:6px 0;z-index:2;border-bottom:1px solid #e3e6ec}
@@ -32,6 +35,7 @@ padding:6px 0;z-index:2;border-bottom:1px solid #e3e6ec}
 border-radius:8px;background:#e8ecf3;margin-left:4px}
 .badge{display:inline-block;font-size:11px;padding:0 6px;border-radius:8px;margin-left:4px}
 .ok{background:#d8f0d8;color:#1c5e1c}.bad{background:#f6dada;color:#8a1f1f}.miss{background:#fff0c2;color:#6b5200}
+.part{background:#fde6c8;color:#7a4300}.plain{background:#e8ecf3;color:#1d2330}
 .body{padding:6px 12px 10px}.cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:12px}
 .col{border-left:3px solid #cfd6e2;padding-left:8px}.col h4{margin:4px 0}
 ol.ranked{margin:2px 0 6px 18px;padding:0}ol.ranked li.gold{color:#1c5e1c;font-weight:600}
@@ -51,6 +55,10 @@ const esc = s => String(s == null ? '' : s).replace(/[&<>"]/g, c => ENT[c]);
 // metrics: null (undefined, e.g. recall without gold) and non-finite ("n/a" in the data) print n/a
 const fmt = v => Number.isFinite(v) ? v.toFixed(3) : 'n/a';
 const solved = (q, j, m) => { const r = q.runs[j]; return m === 'em' ? r.em === 1 : r.recall5 === 1; };
+// a run's badge by its own measure (R[j].measure): EM for LLM answers, R@5 for a no-LLM run, whose
+// answer is a by-product of the retrieval; partial recall is amber, no gold (null recall) plain
+const grade = (r, j) => R[j].measure === 'em' ? (r.em === 1 ? 'ok' : 'bad')
+  : r.recall5 === 1 ? 'ok' : r.recall5 > 0 ? 'part' : Number.isFinite(r.recall5) ? 'bad' : 'plain';
 // the runs whose index lacks some of the question's gold passages (runs may use different indexes)
 const lacking = q => q.runs.map((r, j) => r.gold_missing > 0 ? R[j].name : null).filter(n => n !== null);
 let PAGE = 50, shown = PAGE, matches = [];
@@ -67,9 +75,10 @@ fill($('f-a'), [['', 'any run'], ...R.map((r, j) => [String(j), r.name])]);
 fill($('f-b'), [['', 'any run'], ...R.map((r, j) => [String(j), r.name])]);
 function card(q){
   const d = document.createElement('details'); d.className = 'q'; d.dataset.id = q.id;
-  const badges = q.runs.map((r, j) => `<span class="badge ${r.em === 1 ? 'ok' : 'bad'}" title="${esc(R[j].name)}: `
-    + `EM ${fmt(r.em)}, F1 ${fmt(r.f1)}, R@5 ${fmt(r.recall5)}">${esc(R[j].name)} EM ${r.em === 1 ? '✓' : '✗'}`
-    + ` R@5 ${fmt(r.recall5)}</span>`).join('');
+  const badges = q.runs.map((r, j) => `<span class="badge ${grade(r, j)}" data-measure="${R[j].measure}" `
+    + `title="${esc(R[j].name)}: EM ${fmt(r.em)}, F1 ${fmt(r.f1)}, R@5 ${fmt(r.recall5)}">${esc(R[j].name)} `
+    + (R[j].measure === 'em' ? `EM ${r.em === 1 ? '✓' : '✗'} R@5 ${fmt(r.recall5)}` : `R@5 ${fmt(r.recall5)}`)
+    + '</span>').join('');
   const tags = Object.entries(q.facets).map(([k, v]) => `<span class="tag">${esc(v)}</span>`).join('');
   const names = lacking(q);
   const miss = q.gold_not_in_index ? `<span class="badge miss" title="gold passages not in the index of `
@@ -86,12 +95,15 @@ function body(q){
     `<div class="gp"><b>${esc(p[0])}</b>: ${esc(p[1])}</div>`).join('') + '</div>'; }
   h += '<div class="cols">';
   q.runs.forEach((r, j) => {
-    h += `<div class="col"><h4>${esc(R[j].name)}</h4><div><b>answer:</b> ${esc(r.answer)} `
-      + `<span class="badge ${r.em === 1 ? 'ok' : 'bad'}">EM ${fmt(r.em)}</span> F1 ${fmt(r.f1)}</div>`
+    const em = R[j].measure === 'em';
+    h += `<div class="col"><h4>${esc(R[j].name)}</h4><div><b>answer${em ? '' : ' (no LLM: the evidence\'s '
+      + 'bridge entity)'}:</b> ${esc(r.answer)} <span class="badge ${em ? grade(r, j) : 'plain'}">EM ${fmt(r.em)}`
+      + `</span> F1 ${fmt(r.f1)}</div>`
       + r.notes.map(n => `<div class="sub">note: ${esc(n)}</div>`).join('')
       + (r.gold_missing > 0 ? `<div class="sub gm">${r.gold_missing} gold passage(s) not in this run's index: `
         + 'never retrieved</div>' : '')
-      + `<div><b>ranked passages</b> (R@5 ${fmt(r.recall5)}):</div><ol class="ranked">`
+      + `<div><b>ranked passages</b> ${em ? `(R@5 ${fmt(r.recall5)})` : `<span class="badge ${grade(r, j)}">`
+        + `R@5 ${fmt(r.recall5)}</span>`}:</div><ol class="ranked">`
       + r.ranked.map(p => `<li class="${p[1] ? 'gold' : ''}">${esc(p[0])}</li>`).join('') + '</ol>';
     if (r.chain.length){ h += '<div><b>evidence chain</b></div>';
       r.chain.forEach((c, t) => {
@@ -203,51 +215,77 @@ _CEILING_TITLE = ("the highest Recall@k any method can reach on this run's index
                   "gold of the share of their gold passages that are in the index")
 
 
-def _summary_table(data: ReportData) -> str:
-    e = html.escape
-    cols = [f"R@{k}" for k in TABLE_KS] + ["EM", "F1"]
+_QUALITY_COLS = [f"R@{k}" for k in TABLE_KS] + ["EM", "F1"]
+
+
+def _best(rows: list) -> dict:
+    """Per quality column, the best value among the runs (``None`` with fewer than two known values)."""
+    getters = [lambda r, k=k: r["recall"][k] for k in TABLE_KS] + [lambda r: r["em"], lambda r: r["f1"]]
     best = {}
-    for c, getter in zip(cols, [lambda r, k=k: r["recall"][k] for k in TABLE_KS] +
-                         [lambda r: r["em"], lambda r: r["f1"]]):
-        values = [getter(r) for r in data.rows]
-        known = [v for v in values if v is not None and _finite(v)]
-        best[c] = max(known) if len(known) > 1 else None
+    for col, getter in zip(_QUALITY_COLS, getters):
+        known = [v for v in map(getter, rows) if v is not None and _finite(v)]
+        best[col] = max(known) if len(known) > 1 else None
+    return best
+
+
+def _metric_cell(key: str, value, best, title: str = "") -> str:
+    cls = "num best" if best is not None and value == best else "num"
+    return f'<td class="{cls}" data-key="{key}"' + (f' title="{title}"' if title else "") + f">{_metric(value)}</td>"
+
+
+def _run_cell(row: dict) -> str:
+    return (f'<td data-key="name">{html.escape(row["name"])}'
+            f'<div class="sub path" data-key="path">{html.escape(row["path"])}</div></td>')
+
+
+def _quality_row(data: ReportData, j: int, best: dict) -> str:
+    row = data.rows[j]
+    settings = "\n".join(f"{k}={_setting(v[j])}" for k, v in data.differing.items()) or "–"
+    cells = [_run_cell(row), f'<td data-key="method">{html.escape(row["method"])}</td>',
+             f'<td class="settings" data-key="settings">{html.escape(settings)}</td>',
+             f'<td class="num" data-key="questions">{_num(row["questions"])}</td>']
+    for k in TABLE_KS:
+        title = "from the records' ranks" if row["recall_source"][k] != "run" else "from the run file"
+        cells.append(_metric_cell(f"recall@{k}", row["recall"][k], best[f"R@{k}"], title))
+    cells += [f'<td class="num" data-key="recall_ceiling" title="{_CEILING_TITLE}">'
+              f'{_metric(row["recall_ceiling"])}</td>',
+              f'<td class="num" data-key="gold_not_in_index">{_num(row["gold_not_in_index"])}</td>',
+              _metric_cell("em", row["em"], best["EM"]), _metric_cell("f1", row["f1"], best["F1"])]
+    return f'<tr data-run="{j}">' + "".join(cells) + "</tr>"
+
+
+def _summary_table(data: ReportData) -> str:
+    """What each run reached: its method, the settings that differ, Recall@k, the ceiling, EM and F1."""
     head = ("<tr><th>run</th><th>method</th><th>settings that differ</th><th>questions</th>"
-            + "".join(f"<th>{c}</th>" for c in cols[:len(TABLE_KS)])
+            + "".join(f"<th>{c}</th>" for c in _QUALITY_COLS[:len(TABLE_KS)])
             + f'<th title="{_CEILING_TITLE}">R@k ceiling</th>'
               '<th title="questions with gold passages that are not in the index">gold not in index</th>'
-            + "".join(f"<th>{c}</th>" for c in cols[len(TABLE_KS):])
-            + "<th>questions/s</th><th>wall s</th><th>seconds per stage</th><th>LLM tokens in / out</th>"
-              "<th>peak RSS MiB</th><th>reasoning paths</th></tr>")
-    body = []
-    for j, row in enumerate(data.rows):
-        settings = "\n".join(f"{k}={_setting(v[j])}" for k, v in data.differing.items()) or "–"
-        cells = [f'<td data-key="name">{e(row["name"])}<div class="sub">{e(row["path"])}</div></td>',
-                 f'<td data-key="method">{e(row["method"])}</td>',
-                 f'<td class="settings" data-key="settings">{e(settings)}</td>',
-                 f'<td class="num" data-key="questions">{_num(row["questions"])}</td>']
-        for k in TABLE_KS:
-            v = row["recall"][k]
-            cls = "num best" if best[f"R@{k}"] is not None and v == best[f"R@{k}"] else "num"
-            title = "from the records' ranks" if row["recall_source"][k] != "run" else "from the run file"
-            cells.append(f'<td class="{cls}" data-key="recall@{k}" title="{title}">{_metric(v)}</td>')
-        cells += [f'<td class="num" data-key="recall_ceiling" title="{_CEILING_TITLE}">'
-                  f'{_metric(row["recall_ceiling"])}</td>',
-                  f'<td class="num" data-key="gold_not_in_index">{_num(row["gold_not_in_index"])}</td>']
-        for key, c in (("em", "EM"), ("f1", "F1")):
-            cls = "num best" if best[c] is not None and row[key] == best[c] else "num"
-            cells.append(f'<td class="{cls}" data-key="{key}">{_metric(row[key])}</td>')
-        stages = ", ".join(f"{k} {_num(v, 2)}" for k, v in row["seconds"].items()) or "–"
-        tokens = ("–" if row["llm_tokens_in"] is None else
-                  f'{row["llm_tokens_in"]:,} / {row["llm_tokens_out"] or 0:,}')
-        cells += [f'<td class="num" data-key="questions_per_second">{_num(row["questions_per_second"])}</td>',
-                  f'<td class="num" data-key="wall_seconds">{_num(row["wall_seconds"], 1)}</td>',
-                  f'<td class="stages" data-key="seconds">{e(stages)}</td>',
-                  f'<td class="num" data-key="llm_tokens">{e(tokens)}</td>',
-                  f'<td class="num" data-key="peak_rss_mb">{_num(row["peak_rss_mb"], 0)}</td>',
-                  f'<td data-key="reasoning_paths">{e(_paths_cell(row["reasoning_paths"]))}</td>']
-        body.append(f'<tr data-run="{j}">' + "".join(cells) + "</tr>")
-    return f'<div class="wide"><table id="summary">{head}{"".join(body)}</table></div>'
+            + "".join(f"<th>{c}</th>" for c in _QUALITY_COLS[len(TABLE_KS):]) + "</tr>")
+    best = _best(data.rows)
+    body = "".join(_quality_row(data, j, best) for j in range(len(data.rows)))
+    return f'<div class="wide"><table id="summary">{head}{body}</table></div>'
+
+
+def _cost_row(row: dict, j: int) -> str:
+    stages = ", ".join(f"{k} {_num(v, 2)}" for k, v in row["seconds"].items()) or "–"
+    tokens = "–" if row["llm_tokens_in"] is None else f'{row["llm_tokens_in"]:,} / {row["llm_tokens_out"] or 0:,}'
+    cells = [f'<td>{html.escape(row["name"])}</td>',
+             f'<td class="num" data-key="questions_per_second">{_num(row["questions_per_second"])}</td>',
+             f'<td class="num" data-key="wall_seconds">{_num(row["wall_seconds"], 1)}</td>',
+             f'<td class="stages" data-key="seconds">{html.escape(stages)}</td>',
+             f'<td class="num" data-key="llm_tokens">{html.escape(tokens)}</td>',
+             f'<td class="num" data-key="peak_rss_mb">{_num(row["peak_rss_mb"], 0)}</td>',
+             f'<td data-key="reasoning_paths">{html.escape(_paths_cell(row["reasoning_paths"]))}</td>']
+    return f'<tr data-run="{j}">' + "".join(cells) + "</tr>"
+
+
+def _cost_table(data: ReportData) -> str:
+    """What each run cost: speed, seconds per stage, LLM tokens, peak memory, and its reasoning paths.
+    A table of its own beside the summary, so that neither outgrows a 1,280 px window."""
+    head = ("<tr><th>run</th><th>questions/s</th><th>wall s</th><th>seconds per stage</th>"
+            "<th>LLM tokens in / out</th><th>peak RSS MiB</th><th>reasoning paths</th></tr>")
+    body = "".join(_cost_row(row, j) for j, row in enumerate(data.rows))
+    return f'<div class="wide"><table id="cost">{head}{body}</table></div>'
 
 
 def _funnel_tables(data: ReportData) -> str:
@@ -278,8 +316,60 @@ def _funnel_hint(data: ReportData) -> str:
             "seeds and local subgraph to the host.</div>")
 
 
+def _metric_select(measures: list) -> str:
+    """The "solved" filter's measure; its default by :func:`default_measure` (R@5 unless every run has
+    LLM answers)."""
+    chosen = default_measure(measures)
+    options = (("em", "EM = 1"), ("r5", "all gold passages in top 5"))
+    return ('<select id="f-metric" title="what counts as solved">'
+            + "".join(f'<option value="{v}"{" selected" if v == chosen else ""}>{t}</option>' for v, t in options)
+            + "</select>")
+
+
 def _plot(name: str, svg: str) -> str:
     return f'<div class="plot" data-plot="{html.escape(name)}">{svg}</div>'
+
+
+def _summary_section(data: ReportData) -> str:
+    return ('<h2 id="s-summary">Summary</h2>' + _summary_table(data)
+            + '<div class="sub">Best value per column in bold. R@k, EM and F1 as in the run files; '
+              "R@k cut-offs a run file does not hold are computed from its records' ranked passages. "
+              "R@k ceiling: the highest Recall@k any method can reach, since gold passages that are not in "
+              "the index are never retrieved (1 when the index holds every gold passage).</div>"
+            + '<h3 id="s-cost">Speed, memory and LLM use</h3>' + _cost_table(data))
+
+
+def _plots_sections(data: ReportData, names: list) -> str:
+    """Recall@k curves, the question-type bars (when the questions have types) and the per-hop funnel."""
+    out = '<h2 id="s-recall">Recall@k</h2>' + _plot("recall", recall_curve_svg(names, CURVE_KS, data.curves))
+    if data.facets:
+        out += ('<h2 id="s-types">By question type</h2><div class="plots">'
+                + "".join(_plot(f"facet-{facet}", facet_svg(facet, table, names))
+                          for facet, table in data.facets.items()) + "</div>")
+    out += ('<h2 id="s-funnel">Per-hop funnel</h2><div class="sub">Share of the gold passages reached '
+            "by the dense seeds, the local subgraph, the selected facts, the linked articles and the "
+            "chain so far, per hop.</div>" + _funnel_hint(data))
+    if any(data.funnels):
+        out += _plot("funnel", funnel_svg(names, data.funnels)) + _funnel_tables(data)
+    return out
+
+
+def _questions_section(data: ReportData, names: list) -> str:
+    """The browser's controls and list, its data as JSON and the script that fills the list."""
+    payload = {"runs": [{"name": name, "measure": m} for name, m in zip(names, data.measures)],
+               "questions": data.questions}
+    return ('<h2 id="s-questions">Questions</h2><div id="controls">'
+            '<input id="f-search" type="search" placeholder="search questions, answers, titles, ids">'
+            '<select id="f-type" title="question type"></select>'
+            '<select id="f-gold" title="questions whose gold passages are not all in the index">'
+            '<option value="">any gold</option><option value="missing">gold not in index</option>'
+            '<option value="present">all gold in index</option></select>'
+            'solved by <select id="f-a"></select> and not by <select id="f-b"></select>'
+            + _metric_select(data.measures)
+            + '<span id="count" class="sub"></span></div><div id="questions"></div>'
+              '<button id="more" type="button">show more</button>'
+              f'<script type="application/json" id="report-data">{json_script_text(payload)}</script>'
+              f"<script>{_SCRIPT}</script>")
 
 
 def render_page(data: ReportData, title: str = "hpengine evaluation report") -> str:
@@ -293,36 +383,7 @@ def render_page(data: ReportData, title: str = "hpengine evaluation report") -> 
              f"<h1>{e(title)}</h1><div class=\"sub\">{len(names)} run(s) over {n} questions: "
              f"{e(', '.join(names))}</div>"]
     parts += [f'<div class="note">{e(note)}</div>' for note in data.notes]
-    parts.append("<h2 id=\"s-summary\">Summary</h2>" + _summary_table(data)
-                 + '<div class="sub">Best value per column in bold. R@k, EM and F1 as in the run files; '
-                   "R@k cut-offs a run file does not hold are computed from its records' ranked passages. "
-                   "R@k ceiling: the highest Recall@k any method can reach, since gold passages that are not in "
-                   "the index are never retrieved (1 when the index holds every gold passage).</div>")
-    parts.append('<h2 id="s-recall">Recall@k</h2>'
-                 + _plot("recall", recall_curve_svg(names, CURVE_KS, data.curves)))
-    if data.facets:
-        parts.append('<h2 id="s-types">By question type</h2><div class="plots">'
-                     + "".join(_plot(f"facet-{facet}", facet_svg(facet, table, names))
-                               for facet, table in data.facets.items()) + "</div>")
-    parts.append('<h2 id="s-funnel">Per-hop funnel</h2><div class="sub">Share of the gold passages reached '
-                 "by the dense seeds, the local subgraph, the selected facts, the linked articles and the "
-                 "chain so far, per hop.</div>" + _funnel_hint(data)
-                 + (_plot("funnel", funnel_svg(names, data.funnels)) + _funnel_tables(data) if any(data.funnels)
-                    else ""))
-    parts.append('<h2 id="s-questions">Questions</h2><div id="controls">'
-                 '<input id="f-search" type="search" placeholder="search questions, answers, titles, ids">'
-                 '<select id="f-type" title="question type"></select>'
-                 '<select id="f-gold" title="questions whose gold passages are not all in the index">'
-                 '<option value="">any gold</option><option value="missing">gold not in index</option>'
-                 '<option value="present">all gold in index</option></select>'
-                 'solved by <select id="f-a"></select> and not by <select id="f-b"></select>'
-                 '<select id="f-metric"><option value="em">EM = 1</option>'
-                 '<option value="r5">all gold passages in top 5</option></select>'
-                 '<span id="count" class="sub"></span></div><div id="questions"></div>'
-                 '<button id="more" type="button">show more</button>')
-    payload = {"runs": [{"name": name} for name in names], "questions": data.questions}
-    parts.append(f'<script type="application/json" id="report-data">{json_script_text(payload)}</script>'
-                 f"<script>{_SCRIPT}</script></body></html>")
+    parts += [_summary_section(data), _plots_sections(data, names), _questions_section(data, names), "</body></html>"]
     return "\n".join(parts)
 
 

@@ -88,33 +88,35 @@ def runs(tmp_path):
 
 
 class _Cells(HTMLParser):
-    """``{(row, data-key): text}`` of the summary table."""
+    """``{(row, data-key): text}`` of the per-run tables (the summary and the cost table): the text of
+    each element with a ``data-key``, less that of keyed elements inside it (the file path under the
+    run name is ``path``)."""
 
     def __init__(self):
         super().__init__()
-        self.cells, self._row, self._key, self._in_summary = {}, None, None, False
+        self.cells, self._row, self._keys, self._in_table = {}, None, [], False
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        if tag == "table" and attrs.get("id") == "summary":
-            self._in_summary = True
-        elif self._in_summary and tag == "tr" and "data-run" in attrs:
-            self._row = int(attrs["data-run"])
-        elif self._in_summary and tag == "td" and self._row is not None:
-            self._key = attrs.get("data-key")
-            self.cells[self._row, self._key] = ""
-        elif tag == "div" and self._key == "name":
-            self._key = None  # the file path under the run name
+        if tag == "table" and attrs.get("id") in ("summary", "cost"):
+            self._in_table = True
+        elif self._in_table and tag == "tr":
+            self._row = int(attrs["data-run"]) if "data-run" in attrs else None
+        elif self._in_table and self._row is not None:
+            self._keys.append(attrs.get("data-key"))
+            if attrs.get("data-key"):
+                self.cells[self._row, attrs["data-key"]] = ""
 
     def handle_endtag(self, tag):
-        if tag == "td":
-            self._key = None
         if tag == "table":
-            self._in_summary = False
+            self._in_table = False
+        elif self._in_table and self._row is not None and tag not in ("tr", "table") and self._keys:
+            self._keys.pop()
 
     def handle_data(self, data):
-        if self._in_summary and self._key is not None:
-            self.cells[self._row, self._key] += data
+        key = next((k for k in reversed(self._keys) if k), None)
+        if self._in_table and key is not None:
+            self.cells[self._row, key] += data
 
 
 def _cells(page):
@@ -200,6 +202,41 @@ def test_browser_data_marks_gold_passages(runs):
     assert [gold for _, gold in q1["runs"][0]["ranked"]] == [True, False, False, False, False, False, True]
     assert q1["runs"][1]["em"] == 1.0 and q1["runs"][1]["chain"][0]["facts"][0]["score"] == 0.5
     assert [q["id"] for q in data["questions"]] == ["q1", "q2", "q3", "q4"]
+
+
+def with_llm(result: dict, model: str = "/models/qwen2.5-1.5b-instruct") -> dict:
+    """A copy of ``result`` as a run whose answers an LLM wrote (the run file's ``"llm": true``)."""
+    llm = json.loads(json.dumps(result))
+    llm.update(llm=True, llm_tokens_in=12345, llm_tokens_out=678)
+    llm["config"]["model"]["llm"] = model
+    return llm
+
+
+def _filter_default(page):
+    """The value of the "solved" filter's measure as the page opens (its ``selected`` option)."""
+    select = re.search(r'<select id="f-metric"[^>]*>(.*?)</select>', page, re.S).group(1)
+    chosen = re.findall(r'<option value="(\w+)" selected>', select)
+    assert len(chosen) == 1, select
+    return chosen[0]
+
+
+def test_no_llm_runs_are_judged_by_recall_at_5(runs):
+    _, results = runs
+    assert not any(r["llm"] for r in results)
+    page = build_report(results)
+    assert [r["measure"] for r in _data(page)["runs"]] == ["r5", "r5"]
+    assert _filter_default(page) == "r5"
+
+
+def test_llm_runs_are_judged_by_exact_match(runs):
+    _, (dense, hyper) = runs
+    page = build_report([with_llm(dense), with_llm(hyper)])
+    assert [r["measure"] for r in _data(page)["runs"]] == ["em", "em"]
+    assert _filter_default(page) == "em"
+    # beside a no-LLM run each keeps its own badge; the filter takes R@5, the measure both runs have
+    page = build_report([dense, with_llm(hyper)])
+    assert [r["measure"] for r in _data(page)["runs"]] == ["r5", "em"]
+    assert _filter_default(page) == "r5"
 
 
 def test_question_facets():
@@ -310,9 +347,7 @@ def test_method_specific_settings_warnings_and_record_notes(runs):
 
 def test_llm_runs_show_their_model_and_tokens(runs):
     _, (dense, hyper) = runs
-    llm = json.loads(json.dumps(hyper))
-    llm.update(llm=True, llm_tokens_in=12345, llm_tokens_out=678)
-    llm["config"]["model"]["llm"] = "/models/qwen2.5-1.5b-instruct"
+    llm = with_llm(hyper)
     cells = _cells(build_report([hyper, llm]))
     assert cells[1, "method"] == "hyperprove + LLM (qwen2.5-1.5b-instruct)"
     assert cells[1, "llm_tokens"] == "12,345 / 678"

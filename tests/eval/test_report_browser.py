@@ -1,8 +1,10 @@
 """The report page in a real headless browser (Debian's Chromium driven by playwright): the plots
 render, the search and the filters pick the right questions, a question opens with its gold marked,
-and the page fetches nothing.
+the page fetches nothing, each run's badges show its own measure and the per-run tables fit a
+1,280 px window.
 
-Slow (deselected by default): ``python -m pytest -m slow tests/eval/test_report_browser.py``.
+The full walks are slow (deselected by default): ``python -m pytest -m slow tests/eval/test_report_browser.py``;
+the badge and width checks run by default. Every test skips without playwright or Chromium.
 As a script it checks any report and can save a screenshot (docs/report.png is made this way):
 
     python tests/eval/test_report_browser.py REPORT.html [--search TEXT] [--screenshot PNG]
@@ -10,6 +12,7 @@ As a script it checks any report and can save a screenshot (docs/report.png is m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -241,6 +244,117 @@ def test_hostile_text_in_headless_chromium(tmp_path):
     out = write_report(hostile_files(tmp_path, n=4), tmp_path / "report.html", title=hostile("title "))
     found = check_hostile_page(out)
     assert found == {"questions": 4, "search": 1}
+
+
+def _need_chromium():
+    pytest.importorskip("playwright")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set HPENGINE_CHROMIUM)")
+    sys.path.insert(0, os.path.dirname(__file__))
+
+
+@contextlib.contextmanager
+def _browser(width: int = 1280, height: int = 800):
+    """``open(path)``: a fresh page of one headless Chromium at ``width`` x ``height`` showing the report
+    at ``path`` with its question list filled; script errors fail the test."""
+    from playwright.sync_api import sync_playwright
+
+    errors = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            def open_page(path):
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.on("pageerror", lambda err: errors.append(str(err)))
+                page.goto("file://" + os.path.abspath(path))
+                page.wait_for_selector("#questions details")
+                return page
+
+            yield open_page
+        finally:
+            browser.close()
+    assert not errors, errors
+
+
+def _grade(recall5):
+    return "ok" if recall5 == 1 else "part" if recall5 > 0 else "bad"
+
+
+def test_each_run_is_badged_by_its_own_measure_in_chromium(tmp_path):
+    """A no-LLM run's badges show R@5 (green only when every gold passage is in the top 5), an LLM
+    run's show EM; the "solved" filter opens on R@5 unless every run has LLM answers."""
+    _need_chromium()
+    from test_report import DENSE, HYPER, _questions, _run, with_llm
+
+    from hpengine.eval import write_report
+
+    qpath = _questions(tmp_path / "dev.json")
+    dense = _run("dense", DENSE, {"q1": 0, "q2": 1, "q3": 0, "q4": 0}, qpath)  # no LLM: q3 has EM 0 at R@5 1
+    llm = with_llm(_run("hyperprove", HYPER, {"q1": 1, "q2": 0, "q3": 1, "q4": 1}, qpath))
+    mixed = write_report([dense, llm], tmp_path / "mixed.html")
+    both_llm = write_report([with_llm(dense), llm], tmp_path / "llm.html")
+    with _browser() as open_page:
+        page = open_page(mixed)
+        badges = page.eval_on_selector_all("#questions details > summary .badge[data-measure]",
+                                           "els => els.map(e => [e.dataset.measure, e.className, e.textContent])")
+        expected = []
+        for d, m in zip(dense["records"], llm["records"]):
+            expected.append(["r5", f"badge {_grade(d['recall@5'])}", f"dense R@5 {d['recall@5']:.3f}"])
+            expected.append(["em", "badge " + ("ok" if m["em"] == 1 else "bad"),
+                             f"hyperprove + LLM (qwen2.5-1.5b-instruct) EM {'✓' if m['em'] == 1 else '✗'} "
+                             f"R@5 {m['recall@5']:.3f}"])
+        assert badges == expected
+        assert any(d["recall@5"] == 1 and d["em"] == 0 for d in dense["records"])  # the case the issue names
+        assert page.input_value("#f-metric") == "r5"
+        page.select_option("#f-a", "0")
+        solved = [r["id"] for r in dense["records"] if r["recall@5"] == 1]
+        assert _count(page)[0] == len(solved)
+        assert page.eval_on_selector_all("#questions details", "els => els.map(e => e.dataset.id)") == solved
+        card = page.locator("#questions details").first
+        card.locator("summary").click()
+        card.locator(".body").wait_for()
+        assert "no LLM" in card.locator(".col").nth(0).inner_text()
+        assert "no LLM" not in card.locator(".col").nth(1).inner_text()
+        assert open_page(both_llm).input_value("#f-metric") == "em"
+
+
+def _wide_runs(tmp_path) -> list:
+    """Three runs with what makes the per-run tables wide: long file paths, several differing settings
+    (a long model path among them), an LLM run with its tokens, five timed stages and reasoning paths."""
+    from test_report import DENSE, HYPER, _questions, _run, with_llm
+
+    folder = tmp_path / "runs_of_the_e5_small_encoder" / "on_2wikimultihopqa_dev_1000_questions_seed_0"
+    folder.mkdir(parents=True)
+    qpath = _questions(folder / "dev.json")
+    em = {"q1": 1, "q2": 0, "q3": 1, "q4": 1}
+    runs = [_run("dense", DENSE, em, qpath), _run("hyperprove", HYPER, em, qpath, diagnostics=True, top_k=5),
+            with_llm(_run("grag", HYPER, em, qpath, top_k=7), model="/models/Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4")]
+    runs[2]["seconds"] = {"encode": 12.5, "decompose": 130.25, "retrieve": 40.5, "read": 300.75, "link": 3.5}
+    runs[2]["reasoning_paths"] = {"questions": 1000, "paths_per_question": 3.0, "distinct_paths_per_question": 1.82,
+                                  "steps_per_path": 2.13, "unanimous_votes": 681}
+    paths = []
+    for j, run in enumerate(runs):
+        run["config"]["retrieval"].update(num_seeds=10 * (j + 1), query_chunk_size=512 * (j + 1))
+        paths.append(folder / f"{run['retriever']}_e5_small_2wiki_dev_1000_questions_top_k_{j}.json")
+        paths[-1].write_text(json.dumps(run))
+    return paths
+
+
+def test_the_summary_fits_a_1280_px_window_in_chromium(tmp_path):
+    _need_chromium()
+    from hpengine.eval import write_report
+
+    out = write_report(_wide_runs(tmp_path), tmp_path / "report.html")
+    with _browser(1280, 800) as open_page:
+        page = open_page(out)
+        sizes = page.evaluate("""() => ({doc: document.documentElement.scrollWidth,
+            tables: ['summary', 'cost'].map(id => { const t = document.getElementById(id);
+              return {id, right: t.getBoundingClientRect().right, rows: t.rows.length,
+                      scroll: t.parentElement.scrollWidth, client: t.parentElement.clientWidth}; })})""")
+    assert sizes["doc"] <= 1280, sizes
+    for table in sizes["tables"]:
+        assert table["rows"] == 4, table  # the header and one row per run
+        assert table["right"] <= 1280 and table["scroll"] <= table["client"], table
 
 
 if __name__ == "__main__":
