@@ -6,8 +6,33 @@ def test_top_level_exports():
     assert set(hpengine.__all__) == {
         "Engine", "EngineConfig", "DenseConfig", "GragConfig", "HyperProveConfig", "PPRConfig", "EncoderConfig",
         "EvalConfig", "ExtractorConfig", "GraphConfig", "HyperGraph", "IndexConfig", "ModelConfig", "RetrievalConfig",
-        "__version__"}
+        "__version__",
+        # the face (hpengine/_api.py): the index, asking, evaluating, the report, the demo set
+        "Answer", "ScoredPassage", "add", "build_index", "delete", "demo_corpus", "demo_questions", "evaluate",
+        "open_index", "update", "write_report"}
     assert isinstance(hpengine.__version__, str)
+    for name in hpengine.__all__:  # every name resolves (the exports load on first use)
+        assert getattr(hpengine, name) is not None
+    assert hpengine.Engine is __import__("hpengine.pipeline", fromlist=["Engine"]).Engine
+    assert hpengine.Answer is __import__("hpengine.pipeline", fromlist=["Answer"]).Answer
+
+
+def test_face_functions_document_an_example():
+    """Each function of the face carries a Google-style docstring with an example (run as a doctest)."""
+    for name in ("add", "build_index", "delete", "demo_corpus", "demo_questions", "evaluate", "open_index", "update",
+                 "write_report"):
+        doc = getattr(hpengine, name).__doc__
+        assert "Example:" in doc and ">>> " in doc, name
+    assert ">>> " in hpengine.Engine.ask.__doc__
+
+
+def test_face_refuses_an_unknown_setting_by_name():
+    import pytest
+
+    with pytest.raises(TypeError, match="unknown setting 'shard_sise'.*shard_size"):
+        hpengine.build_index(hpengine.demo_corpus(), "never_written", shard_sise=0)
+    with pytest.raises(TypeError, match="unknown setting 'recall_k'"):
+        hpengine.evaluate(None, [], recall_k=[1])
 
 
 def test_subpackage_paths():

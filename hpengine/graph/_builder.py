@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,7 +287,8 @@ def build_index_sharded(passages: list, *, extractor, encoder, shard_folder, sha
         ``(index, report)``; the report adds ``shards``, ``resumed_shards`` (finished before this
         call) and ``shards_run`` (by this call).
     """
-    from hpengine.graph._shards import ShardFolder, build_fingerprint, gather_rows, shard_ranges
+    from hpengine.graph._shards import (ShardFolder, build_fingerprint, gather_rows, settings_digest, shard_ranges,
+                                        slice_digest)
 
     graph_cfg = _resolve_eta(graph_cfg, None, encoder)
     device = torch.device(device)
@@ -294,8 +296,12 @@ def build_index_sharded(passages: list, *, extractor, encoder, shard_folder, sha
     fresh, skipped = _fresh_passages(None, passages)
     spans = shard_ranges(len(fresh), shard_size)
     settings = {"encoder": encoder.name, "embed_passages": embed_passages, **(settings or {})}
-    folder = ShardFolder(shard_folder, build_fingerprint(fresh, settings), len(spans))
+    folder = ShardFolder(shard_folder, build_fingerprint(fresh, settings), len(spans),
+                         slices=lambda k: slice_digest(fresh[spans[k][0]:spans[k][1]]),
+                         settings_digest=settings_digest(settings))
     finished = set(folder.done())
+    for k, why in folder.redone:  # one line each: the user sees that a kept shard was not trusted
+        print(f"hpengine: shard {k} of {folder.folder} did not verify ({why}); making it again", file=sys.stderr)
     pending = [k for k in range(len(spans)) if k not in finished]
     mine = my_shards(pending) if my_shards is not None else pending
     for k in mine:
@@ -328,7 +334,8 @@ def build_index_sharded(passages: list, *, extractor, encoder, shard_folder, sha
         fact_emb = entity_emb.new_zeros((0, entity_emb.shape[1]))
     new_index, report = _combine(None, fresh, skipped, asm, (fact_emb, entity_emb, passage_emb), encoder=encoder,
                                  extractor=extractor, graph_cfg=graph_cfg, timer=timer, device=device, meta=meta)
-    report.update(shards=len(spans), resumed_shards=len(finished), shards_run=len(mine))
+    report.update(shards=len(spans), resumed_shards=len(finished), shards_run=len(mine),
+                  redone_shards=[{"shard": k, "why": why} for k, why in folder.redone])
     return new_index, report
 
 

@@ -17,7 +17,6 @@ texts); a summary node's is the encoder's embedding of its summary text.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,30 +128,28 @@ class GragParts:
     def save(self, folder: Path) -> None:
         """Write ``grag.json`` and ``grag.safetensors`` into ``folder`` (the index's temporary
         folder during :meth:`Index.save`)."""
-        from safetensors.torch import save_file
+        from hpengine.graph._mmap import write_safetensors
 
         tensors = {k: getattr(self, k).detach().contiguous().cpu() for k in (*_INT, "summary_emb")}
-        save_file(tensors, str(Path(folder) / GRAG_TENSORS))
-        with open(Path(folder) / GRAG_TENSORS, "rb") as f:
-            os.fsync(f.fileno())
+        write_safetensors(tensors, Path(folder) / GRAG_TENSORS)  # durable, created exclusively (an OSError when the disk is full)
         meta = {"format_version": GRAG_FORMAT_VERSION, "relations": self.relations, "summaries": self.summaries,
                 **{k: v for k, v in self.meta.items() if k not in ("relations", "summaries", "format_version")}}
         write_json_durable(Path(folder) / GRAG_META, meta)
 
     @classmethod
-    def load(cls, folder: Path, *, device, num_facts: int, num_entities: int, dim: int) -> "GragParts":
+    def load(cls, folder: Path, *, device, num_facts: int, num_entities: int, dim: int,
+             root: Path | None = None) -> "GragParts":
         """Read and validate the parts (ids in range, lengths agree, finite embeddings).
 
         Raises:
             IndexFormatError: naming the file found wrong.
         """
-        from safetensors.torch import load_file
-
+        from hpengine.graph._mmap import read_safetensors
         from hpengine.graph._store import IndexFormatError, read_json
 
         folder = Path(folder)
         meta_path, tensor_path = folder / GRAG_META, folder / GRAG_TENSORS
-        meta = read_json(meta_path)
+        meta = read_json(meta_path, root)
         if not isinstance(meta, dict) or meta.get("format_version") != GRAG_FORMAT_VERSION:
             got = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
             raise IndexFormatError(f"{meta_path}: GRAG format version {got!r} is not supported (expected "
@@ -161,9 +158,9 @@ class GragParts:
             if not isinstance(meta.get(key), list) or not all(isinstance(x, str) for x in meta[key]):
                 raise IndexFormatError(f"{meta_path}: {key!r} must be a list of str")
         try:
-            t = load_file(str(tensor_path), device=str(torch.device(device)))
-        except Exception as exc:  # safetensors raises its own error types
-            raise IndexFormatError(f"{tensor_path}: cannot read tensors ({exc})") from exc
+            t = {k: v.to(torch.device(device)) for k, v in read_safetensors(tensor_path, root).items()}
+        except FileNotFoundError as exc:
+            raise IndexFormatError(f"{tensor_path} is missing; rebuild the parts with `hpengine grag-build INDEX`") from exc
         for k in (*_INT, "summary_emb"):
             if k not in t:
                 raise IndexFormatError(f"{tensor_path}: missing tensor {k!r}")
@@ -195,7 +192,12 @@ class GragParts:
 
 
 def has_grag_files(folder) -> bool:
-    return (Path(folder) / GRAG_META).is_file()
+    """``folder`` has GRAG-MH's parts (an entry there that is a link is refused, not followed)."""
+    from hpengine.graph._files import check_entry
+
+    path = Path(folder) / GRAG_META
+    check_entry(path, folder=False)
+    return path.is_file()
 
 
 # ---------------------------------------------------------------------------- build

@@ -25,17 +25,16 @@ past ``MAX_SEGMENTS`` the next save writes the index whole again, as delete and 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import Tensor
 
 from hpengine.errors import UserError
 from hpengine.graph._hypergraph import HyperGraph
+from hpengine.graph._files import check_entry, read_bytes, write_atomic
 from hpengine.graph._mmap import map_safetensors, page_out, read_safetensors, write_safetensors
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, SEGMENTED_VERSION, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
@@ -307,11 +306,12 @@ class Index:
             raise IndexFormatError(f"{path}: index was built with encoder {meta.get('encoder')!r} but "
                                    f"{expected_encoder!r} is configured; rebuild the index or configure that encoder")
         device = torch.device(device)
+        root = Path(os.path.abspath(path))  # every file is read below it, no link followed
         if meta.get("format_version") == SEGMENTED_VERSION:
-            passages, facts, entities, tensors = _read_segments(path, folder, meta, device, mmap)
+            passages, facts, entities, tensors = _read_segments(path, folder, meta, device, mmap, root)
         else:
-            passages, facts, entities = _read_texts(folder / _TEXTS)
-            tensors = _read_tensors(folder / _TENSORS, device, mmap)
+            passages, facts, entities = _read_texts(folder / _TEXTS, root)
+            tensors = _read_tensors(folder / _TENSORS, device, mmap, root)
         for name, t in tensors.items():
             wanted = torch.int64 if name in _INT_TENSORS else None
             if wanted is not None and t.dtype != wanted:
@@ -333,7 +333,7 @@ class Index:
 
         if has_grag_files(folder):
             index.grag = GragParts.load(folder, device=device, num_facts=len(facts), num_entities=len(entities),
-                                        dim=int(index.fact_emb.shape[1]))
+                                        dim=int(index.fact_emb.shape[1]), root=root)
         for key, count in (("num_facts", len(facts)), ("num_entities", len(entities)),
                            ("num_passages", len(passages))):
             if key in meta and meta[key] != count:
@@ -404,8 +404,7 @@ def _segment(i: int) -> str:
 
 
 def _save_tensors(tensors: dict, path: Path) -> None:
-    write_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, path)
-    _fsync_file(path)
+    write_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, path)  # durable
 
 
 def _write_texts(path: Path, passages: list, facts: list, entities: list) -> None:
@@ -416,29 +415,27 @@ def _write_texts(path: Path, passages: list, facts: list, entities: list) -> Non
 def _link(src: Path, dst: Path) -> None:
     """``dst`` as a hard link of the immutable file ``src`` (a copy where links are refused)."""
     dst.parent.mkdir(exist_ok=True)
+    check_entry(src, folder=False)  # a link planted in the previous generation is refused, not copied
     try:
-        os.link(src, dst)
+        os.link(src, dst, follow_symlinks=False)
     except OSError:
-        shutil.copyfile(src, dst)
-        _fsync_file(dst)
+        data = read_bytes(src)
+        write_atomic(dst, data)
 
 
-def _read_tensors(path: Path, device: torch.device, mmap: bool) -> dict:
-    """The tensors of one safetensors file on ``device`` (memory-mapped with ``mmap``)."""
-    if mmap:  # views of one private mapping; copied to another device tensor by tensor
-        tensors = map_safetensors(path)
-        return tensors if device.type == "cpu" else {name: t.to(device) for name, t in tensors.items()}
-    if device.type == "cpu":  # read into memory (safetensors' load_file maps the file on the CPU)
-        return read_safetensors(path)
+def _read_tensors(path: Path, device: torch.device, mmap: bool, root: Path | None = None) -> dict:
+    """The tensors of one safetensors file on ``device`` (memory-mapped with ``mmap``), read below
+    ``root`` with no link followed; a missing file is an :class:`IndexFormatError` naming it."""
     try:
-        return load_file(str(path), device=str(device))
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # safetensors raises its own error types
-        raise IndexFormatError(f"{path}: cannot read tensors ({exc})") from exc
+        if mmap or device.type != "cpu":  # views of one private mapping; copied to another device tensor by tensor
+            tensors = map_safetensors(path, root)
+            return tensors if device.type == "cpu" else {name: t.to(device) for name, t in tensors.items()}
+        return read_safetensors(path, root)  # read into memory (a copy of a mapping would touch every page twice)
+    except FileNotFoundError as exc:
+        raise IndexFormatError(f"{path} is missing; the index is incomplete") from exc
 
 
-def _read_segments(path, folder: Path, meta: dict, device: torch.device, mmap: bool) -> tuple:
+def _read_segments(path, folder: Path, meta: dict, device: torch.device, mmap: bool, root: Path | None = None) -> tuple:
     """``(passages, facts, entities, tensors)`` of a segmented generation: the base files, then
     each segment's rows appended, and the synonyms of ``synonyms.safetensors``."""
     count = meta.get("segments")
@@ -447,8 +444,8 @@ def _read_segments(path, folder: Path, meta: dict, device: torch.device, mmap: b
     parts = [folder] + [folder / _segment(i) for i in range(1, count + 1)]
     columns, blocks = [], []
     for part in parts:
-        columns.append(_read_texts(part / _TEXTS))
-        blocks.append(_read_tensors(part / _TENSORS, device, mmap))
+        columns.append(_read_texts(part / _TEXTS, root))
+        blocks.append(_read_tensors(part / _TENSORS, device, mmap, root))
     passages = PassageColumn.concat([c[0] for c in columns])
     facts, entities = (TextColumn.concat([c[k] for c in columns]) for k in (1, 2))
     tensors = dict(blocks[0])
@@ -463,7 +460,7 @@ def _read_segments(path, folder: Path, meta: dict, device: torch.device, mmap: b
         except RuntimeError as exc:
             raise IndexFormatError(f"{folder}: the segments' {name} do not fit together "
                                    f"({str(exc).splitlines()[0][:120]})") from exc
-    synonyms = _read_tensors(folder / _SYNONYMS, device, mmap).get("synonyms")
+    synonyms = _read_tensors(folder / _SYNONYMS, device, mmap, root).get("synonyms")
     if synonyms is None:
         raise IndexFormatError(f"{folder / _SYNONYMS}: missing tensor 'synonyms'")
     tensors["synonyms"] = synonyms
@@ -476,9 +473,10 @@ def _need(tensors: dict, name: str, path: Path) -> Tensor:
     return tensors[name]
 
 
-def _read_texts(path: Path) -> tuple[PassageColumn, TextColumn, TextColumn]:
-    """``texts.json`` as (passages, facts, entities) columns, every field type-checked."""
-    texts = read_json(path)
+def _read_texts(path: Path, root: Path | None = None) -> tuple[PassageColumn, TextColumn, TextColumn]:
+    """``texts.json`` as (passages, facts, entities) columns, every field type-checked (read below
+    ``root``, no link followed)."""
+    texts = read_json(path, root)
     if not isinstance(texts, dict):
         raise IndexFormatError(f"{path}: expected a JSON object with passages, facts, entities "
                                f"(got {type(texts).__name__})")
@@ -504,8 +502,3 @@ def _read_texts(path: Path) -> tuple[PassageColumn, TextColumn, TextColumn]:
     del texts
     release_freed_memory()
     return passages, facts, entities
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from hpengine.graph._files import fd_path, open_read, write_atomic
 from hpengine.graph._store import IndexFormatError
 
 #: safetensors dtype names -> torch dtypes (the ones this torch has)
@@ -41,7 +42,7 @@ _WRITE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "
 _MAX_HEADER = 100_000_000
 
 
-def map_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+def map_safetensors(path: str | os.PathLike, root: str | os.PathLike | None = None) -> dict[str, Tensor]:
     """Every tensor of the safetensors file ``path`` as a CPU view of one private mapping of it.
 
     The header is checked in full before any tensor is made (:func:`_read_header`). A tensor
@@ -50,6 +51,8 @@ def map_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
 
     Args:
         path: the ``.safetensors`` file.
+        root: the folder it must lie in (an index folder): no link below it is followed
+            (:func:`hpengine.graph._files.open_read`; default: ``path``'s own folder).
 
     Returns:
         name -> tensor (``__metadata__`` is skipped); all of them share one file-backed storage.
@@ -59,13 +62,14 @@ def map_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
         IndexFormatError: the file is not valid safetensors; one line naming ``path``.
     """
     path = Path(path)
-    size = _size(path)
+    fd = open_read(path, root)
     try:  # the size is checked against the file opened, so the header is read from the mapping itself
-        storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
+        size = _size(path, os.fstat(fd).st_size)
+        storage = torch.UntypedStorage.from_file(fd_path(fd, path), shared=False, nbytes=size)
     except RuntimeError as exc:
-        if not path.exists():
-            raise FileNotFoundError(f"{path} went while it was being mapped") from exc
         raise IndexFormatError(f"{path}: cannot memory-map the file ({str(exc).splitlines()[0][:200]})") from exc
+    finally:
+        os.close(fd)
     raw = torch.empty(0, dtype=torch.uint8).set_(storage)  # [size] uint8, the whole file
     start, entries = _read_header(path, lambda offset, n: raw[offset:offset + n].numpy().tobytes(), size)
     tensors = {}
@@ -146,10 +150,15 @@ def mapped_empty(path: str | os.PathLike, shape: tuple, dtype: torch.dtype) -> T
         numel *= int(n)
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+    # created exclusively, never through a link planted at the path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        return torch.from_file(fd_path(fd, path), shared=True, size=numel, dtype=dtype).view(shape)
+    finally:
+        os.close(fd)
 
 
-def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+def read_safetensors(path: str | os.PathLike, root: str | os.PathLike | None = None) -> dict[str, Tensor]:
     """Every tensor of the safetensors file ``path`` read into its own CPU memory (no mapping).
 
     The header is checked as :func:`map_safetensors` checks it; each tensor is read straight into
@@ -161,7 +170,7 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
         IndexFormatError: the file is not valid safetensors; one line naming ``path``.
     """
     path = Path(path)
-    with open(path, "rb", buffering=0) as f:
+    with os.fdopen(open_read(path, root), "rb", buffering=0) as f:  # no link followed below root
         size = _size(path, os.fstat(f.fileno()).st_size)
         start, entries = _read_header(path, lambda offset, n: os.pread(f.fileno(), n, offset), size)
         tensors = {}
@@ -179,9 +188,12 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
     return tensors
 
 
-def write_safetensors(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict | None = None) -> None:
+def write_safetensors(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dict | None = None,
+                      root: str | os.PathLike | None = None) -> None:
     """Write ``tensors`` (contiguous CPU tensors) to ``path`` as safetensors' ``save_file`` does,
-    straight from their memory (no copy of the data). Not durable by itself: the caller fsyncs.
+    straight from their memory (no copy of the data), durably: a new file created exclusively,
+    fsynced and renamed over ``path`` (:func:`hpengine.graph._files.write_atomic`; no link below
+    ``root`` followed).
 
     Raises:
         ValueError: a tensor is not a contiguous CPU tensor, or its dtype has no safetensors name.
@@ -204,12 +216,14 @@ def write_safetensors(tensors: dict[str, Tensor], path: str | os.PathLike, metad
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
+    def write(f) -> None:
         f.write(len(raw).to_bytes(8, "little"))
         f.write(raw)
         for _, _, tensor in entries:
             if tensor.numel():
                 f.write(memoryview(tensor.view(-1).view(torch.uint8).numpy()))
+
+    write_atomic(path, write, root)
 
 
 def _size(path: Path, size: int | None = None) -> int:

@@ -42,12 +42,14 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpengine.errors import OutputExistsError, UserError
+from hpengine.graph._files import LinkRefusedError, check_entry, make_dir, read_bytes, write_atomic
 
 FORMAT_NAME = "hpengine-index"
 FORMAT_VERSION = 2
@@ -60,6 +62,8 @@ MANIFEST = "index.json"
 TOKEN_FILE = ".hpengine-store"
 BUILD_FOLDER = ".build"
 LOCK_FILE = ".hpengine.lock"
+#: who holds the writer lock (pid, host, command, since), written beside the lock, never into it
+HOLDER_FILE = ".hpengine.holder"
 OWNER_FILE = ".hpengine-owner"
 #: the data files every generation holds; GRAG-MH's parts are optional
 DATA_FILES = ("texts.json", "tensors.safetensors")
@@ -112,35 +116,80 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_durable(path: Path, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` and fsync it (a file inside a folder not yet committed)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
+def write_json_durable(path: Path, obj, root: Path | None = None) -> None:
+    """Write ``obj`` as JSON to ``path`` inside ``root`` (default: its folder): a new file created
+    exclusively, fsynced and renamed into place (:func:`hpengine.graph._files.write_atomic`)."""
+    write_atomic(path, json.dumps(obj, ensure_ascii=False).encode("utf-8"), root)
 
 
-def read_json(path: Path):
-    """JSON of ``path``; every failure an :class:`IndexFormatError` naming it."""
+def read_json(path: Path, root: Path | None = None):
+    """JSON of ``path`` inside ``root`` (default: its folder; no link followed below it); every
+    failure an :class:`IndexFormatError` naming it (a link: :class:`LinkRefusedError`)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        data = read_bytes(path, root)
+        return json.loads(data.decode("utf-8"))
     except FileNotFoundError as exc:
         raise IndexFormatError(f"{path} is missing") from exc
     except json.JSONDecodeError as exc:
         raise IndexFormatError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from exc
     except UnicodeDecodeError as exc:
         raise IndexFormatError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from exc
+    except UserError:
+        raise
     except (ValueError, RecursionError, OSError) as exc:  # int too long, nesting too deep, unreadable
         raise IndexFormatError(f"{path}: cannot read ({type(exc).__name__}: {str(exc)[:120]})") from exc
 
 
-
 def _read_owner(folder: Path) -> str | None:
+    """The owner marker of ``folder`` (itself not a link); None when absent, unreadable or linked."""
     try:
-        return (folder / OWNER_FILE).read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
+        return read_bytes(folder / OWNER_FILE, folder.parent).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError, UserError):
         return None
+
+
+def _is_file(path: Path) -> bool:
+    """``path`` is a regular file (a link is refused with one line, not followed)."""
+    check_entry(path, folder=False)
+    return path.is_file()
+
+
+def _lock_holder_pid(path: Path) -> int | None:
+    """The pid the kernel lists as holding a ``flock`` on ``path`` (Linux ``/proc/locks``), or None."""
+    try:
+        st = os.lstat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # a waiter, not the holder
+            continue
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want:
+            try:
+                return int(fields[4])
+            except ValueError:
+                return None
+    return None
+
+
+def _command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        return " ".join(a.decode("utf-8", "replace") for a in argv if a)[:120] or "unknown command"
+    except OSError:
+        return "unknown command"
+
+
+def _holds_finished_shard(folder: Path) -> bool:
+    """``folder`` (a build folder) holds at least one finished shard's record."""
+    try:
+        return any(e.name.startswith("shard-") and e.name.endswith(".json") for e in folder.iterdir())
+    except OSError:
+        return False
 
 
 def _gen_name(number: int) -> str:
@@ -188,9 +237,9 @@ class IndexStore:
             raise IndexFormatError(f"{self.shown}: no such index folder")
         if not self.path.is_dir():
             raise IndexFormatError(f"{self.shown} is a file, not an index folder")
-        if not path.is_file():
+        if not _is_file(path):
             raise IndexFormatError(f"{self.shown} is not an hpengine index (no {MANIFEST})")
-        manifest = read_json(path)
+        manifest = read_json(path, self.path)
         if not isinstance(manifest, dict):
             raise IndexFormatError(f"{path}: expected a JSON object (got {type(manifest).__name__})")
         version = manifest.get("format_version")
@@ -215,7 +264,8 @@ class IndexStore:
             if not isinstance(number, int) or isinstance(number, bool) or number < 1:
                 raise IndexFormatError(f"{self.path / MANIFEST}: generation must be a positive int (got {number!r})")
             folder = self.path / _gen_name(number)
-        missing = [name for name in DATA_FILES if not (folder / name).is_file()]
+            check_entry(folder, folder=True)
+        missing = [name for name in DATA_FILES if not _is_file(folder / name)]
         if missing:
             raise IndexFormatError(f"{self.shown}: generation {number} lacks {', '.join(missing)} "
                                    f"(in {folder}); the index is incomplete")
@@ -235,8 +285,8 @@ class IndexStore:
 
     def token(self) -> str | None:
         try:
-            token = (self.path / TOKEN_FILE).read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
+            token = read_bytes(self.path / TOKEN_FILE, self.path).decode("ascii").strip()
+        except (OSError, UnicodeDecodeError, UserError):
             return None
         return token if len(token) == 32 and all(c in "0123456789abcdef" for c in token) else None
 
@@ -245,7 +295,8 @@ class IndexStore:
         folders whose owner marker holds this store's token."""
         if not self.path.is_dir():
             return []
-        found = [self.path / name for name in (TOKEN_FILE, LOCK_FILE) if (self.path / name).is_file()]
+        found = [self.path / name for name in (TOKEN_FILE, LOCK_FILE, HOLDER_FILE)
+                 if (self.path / name).is_file() and not (self.path / name).is_symlink()]
         token = self.token()
         if token is None:
             return found
@@ -297,26 +348,43 @@ class IndexStore:
                 os.close(fd)  # releases the lock
 
     def _refuse_foreign(self) -> None:
-        """Raise unless ``DIR`` is a folder that is an index, empty, or only hpengine's own."""
+        """Raise unless ``DIR`` is a folder that is an index, empty, or only hpengine's own (a link
+        among its entries is named)."""
         if not self.path.is_dir():
             raise OutputExistsError(f"{self.shown} is a file, not an index folder; refusing to replace it")
-        if not self.is_index() and not self.holds_only_leftovers():
+        try:
+            self.check()
+            return
+        except LinkRefusedError:
+            raise
+        except UserError:
+            pass
+        if not self.holds_only_leftovers():
             raise OutputExistsError(f"{self.shown} exists and is not an hpengine index; refusing to write into it")
 
     def _lock(self, timeout: float, command: str) -> int:
         """Take the exclusive lock on ``DIR/.hpengine.lock`` (waiting up to ``timeout`` s) and
-        record the holder in it; returns the open descriptor."""
+        record the holder beside it (:data:`HOLDER_FILE`); returns the open descriptor.
+
+        The lock file is opened without following a link and never written: a link or file planted
+        there by another user cannot receive anything."""
         path = self.path / LOCK_FILE
         deadline = time.monotonic() + max(0.0, timeout)
         delay = 0.01
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
             except FileNotFoundError:  # the folder went (a first build that committed nothing)
                 self.path.mkdir(parents=True, exist_ok=True)
                 continue
             except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise LinkRefusedError(f"{path} is a symbolic link; hpengine does not follow links inside an "
+                                           f"index folder: remove it") from None
                 raise UserError(f"{self.shown}: cannot open the index lock {path} ({exc.strerror})") from exc
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise LinkRefusedError(f"{path} is not a regular file; remove it")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -330,7 +398,7 @@ class IndexStore:
                 delay = min(delay * 2, 0.5)
                 continue
             try:  # the lock file we hold must still be the one at the path (not unlinked meanwhile)
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+                same = os.fstat(fd).st_ino == os.lstat(path).st_ino
             except FileNotFoundError:
                 same = False
             if not same:
@@ -338,28 +406,43 @@ class IndexStore:
                 continue
             holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                       "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps(holder).encode(), 0)
+            with contextlib.suppress(OSError, UserError):
+                write_atomic(self.path / HOLDER_FILE, json.dumps(holder).encode(), self.path, durable=False)
             return fd
 
     def _holder(self) -> str:
+        """Who holds the lock: the process the kernel names as holding it (``/proc/locks``), with
+        the command it recorded when the record is its own."""
+        pid = _lock_holder_pid(self.path / LOCK_FILE)
         try:
-            holder = json.loads((self.path / LOCK_FILE).read_text(encoding="utf-8"))
-            return (f"pid {holder['pid']} on {holder['host']} ({holder['command'] or 'hpengine'}, "
-                    f"since {holder['since']})")
-        except (OSError, ValueError, KeyError, TypeError):
-            return "another process"
+            holder = json.loads(read_bytes(self.path / HOLDER_FILE, self.path).decode("utf-8"))
+            recorded = (f"pid {int(holder['pid'])} on {holder['host']} ({holder['command'] or 'hpengine'}, "
+                        f"since {holder['since']})")
+            recorded_pid = int(holder["pid"])
+        except (OSError, ValueError, KeyError, TypeError, UserError):
+            recorded, recorded_pid = None, None
+        if pid is None:
+            return recorded or "another process"
+        if recorded is not None and recorded_pid == pid and holder.get("host") == socket.gethostname():
+            return recorded
+        return f"pid {pid} ({_command_of(pid)})"
 
     def _remove_empty_store(self) -> None:
         """Undo the folder a first build created when it committed nothing: only hpengine's own
         entries are there, and only those go."""
-        for entry in self.own_entries():
-            if entry.name == LOCK_FILE:
+        own = self.own_entries()
+        # an interrupted build's finished shards stay (with the token that proves they are ours):
+        # the same command resumes from them
+        keep = {LOCK_FILE, HOLDER_FILE}
+        if any(e.name == BUILD_FOLDER and _holds_finished_shard(e) for e in own):
+            keep |= {BUILD_FOLDER, TOKEN_FILE}
+        for entry in own:
+            if entry.name in keep:
                 continue
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-        remaining = [e for e in self.path.iterdir() if e.name != LOCK_FILE]
+        remaining = [e for e in self.path.iterdir() if e.name not in (LOCK_FILE, HOLDER_FILE)]
         if not remaining:
+            (self.path / HOLDER_FILE).unlink(missing_ok=True)
             (self.path / LOCK_FILE).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 self.path.rmdir()
@@ -387,9 +470,7 @@ class StoreWriter:
         """This store's token; written on first use (a new store, or a format-1 index)."""
         if self._token is None:
             self._token = secrets.token_hex(16)
-            tmp = self.store.path / f".{TOKEN_FILE}.tmp-{secrets.token_hex(4)}"
-            tmp.write_text(self._token, encoding="ascii")
-            os.replace(tmp, self.store.path / TOKEN_FILE)
+            write_atomic(self.store.path / TOKEN_FILE, self._token.encode("ascii"), self.store.path)
         return self._token
 
     @property
@@ -400,10 +481,12 @@ class StoreWriter:
     def build_folder(self) -> Path:
         """``DIR/.build``, owner-marked: the shards of a streaming build (created when missing)."""
         folder = self.store.path / BUILD_FOLDER
-        if folder.is_symlink() or (folder.exists() and _read_owner(folder) != self.token):
+        check_entry(folder, folder=True)
+        if folder.exists() and _read_owner(folder) != self.token:
             raise UserError(f"{folder} is not this index's build folder; move it away and build again")
-        folder.mkdir(exist_ok=True)
-        (folder / OWNER_FILE).write_text(self.token, encoding="ascii")
+        make_dir(folder, self.store.path, exist_ok=True)
+        if _read_owner(folder) != self.token:
+            write_atomic(folder / OWNER_FILE, self.token.encode("ascii"), self.store.path)
         return folder
 
     def discard_build(self) -> None:
@@ -415,8 +498,8 @@ class StoreWriter:
     def new_folder(self) -> Path:
         """A fresh, owner-marked folder inside ``DIR`` to write a generation's files into."""
         folder = self.store.path / f".tmp-{secrets.token_hex(8)}"
-        folder.mkdir()
-        (folder / OWNER_FILE).write_text(self.token, encoding="ascii")
+        make_dir(folder, self.store.path)
+        write_atomic(folder / OWNER_FILE, self.token.encode("ascii"), self.store.path)
         return folder
 
     def commit(self, folder: Path, meta: dict, version: int = FORMAT_VERSION) -> Generation:
@@ -430,8 +513,8 @@ class StoreWriter:
         path = self.store.path
         number = (self._previous.number if self._previous is not None else 0) + 1
         final = path / _gen_name(number)
-        while final.exists():  # a killed writer renamed it but never committed: not referenced
-            if _read_owner(final) == self.token:
+        while os.path.lexists(final):  # a killed writer renamed it but never committed: not referenced
+            if final.is_dir() and not final.is_symlink() and _read_owner(final) == self.token:
                 shutil.rmtree(final)
             else:
                 number += 1
@@ -442,16 +525,9 @@ class StoreWriter:
         os.rename(folder, final)
         manifest = {**meta, "format": FORMAT_NAME, "format_version": version, "generation": number,
                     "store_token": self.token}
-        tmp = path / f".{MANIFEST}.tmp-{secrets.token_hex(4)}"
-        try:
-            write_json_durable(tmp, manifest)
-            _fsync_dir(path)
-            _kill_point("before-commit")
-            os.replace(tmp, path / MANIFEST)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         _fsync_dir(path)
+        _kill_point("before-commit")
+        write_json_durable(path / MANIFEST, manifest, path)  # the commit: one rename over index.json
         _kill_point("after-commit")
         previous, self._previous = self._previous, Generation(manifest, final, number)
         self.committed = True

@@ -22,6 +22,8 @@ _EXPORTS = {
     "names_shared": "hpengine.pipeline._text",
     "resolve_choice": "hpengine.pipeline._text",
     "rewrite": "hpengine.pipeline._text",
+    "Answer": "hpengine.pipeline._answer",
+    "ScoredPassage": "hpengine.pipeline._answer",
     "ChainFact": "hpengine.pipeline._types",
     "HopRecord": "hpengine.pipeline._types",
     "Prediction": "hpengine.pipeline._types",
@@ -33,6 +35,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
+    from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
@@ -41,6 +44,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline.retrievers import Retriever, available_retrievers, get_retriever, register_retriever
 
 __all__ = [
+    "Answer",
     "ChainFact",
     "Engine",
     "HopRecord",
@@ -48,6 +52,7 @@ __all__ = [
     "QASteps",
     "Retrieved",
     "Retriever",
+    "ScoredPassage",
     "available_retrievers",
     "choice_options",
     "finish",

@@ -14,6 +14,7 @@ from dataclasses import fields, replace
 
 from hpengine._profiling import StageTimer
 from hpengine.config import EngineConfig, RetrievalConfig
+from hpengine.pipeline._answer import answers_from_predictions
 from hpengine.pipeline._steps import QASteps
 from hpengine.pipeline._types import HopRecord, Prediction, Retrieved
 from hpengine.pipeline.retrievers import Retriever, get_retriever
@@ -73,9 +74,7 @@ class Engine:
         UserError: a setting the index cannot serve (checked here, before any question: e.g.
             HyperProve hops whose carried facts cannot fit ``retrieval.subgraph_size``).
 
-    Example:
-        >>> engine = Engine(index, encoder, retriever="ppr")  # doctest: +SKIP
-        >>> engine.answer(["Who is the mother of the director of film Polish-Russian War?"])[0].answer  # doctest: +SKIP
+    Example: :meth:`ask`.
     """
 
     def __init__(self, index, encoder=None, retrieval: RetrievalConfig | None = None,
@@ -130,17 +129,48 @@ class Engine:
         return list({id(m): m for m in models if m is not None}.values())
 
     def answer(self, questions: list) -> list:
-        """Answer a batch of questions.
+        """Answer a batch of questions (the batch path: passages as ids).
 
         Returns:
-            one :class:`~hpengine.pipeline.Prediction` per question.
+            one :class:`~hpengine.pipeline.Prediction` per question; :meth:`ask` resolves its
+            passages to titles, texts and scores.
         """
+        return self._predict(questions)[0]
+
+    def ask(self, questions):
+        """Answer one question or a list of them, with passages a reader can print.
+
+        Args:
+            questions: a question (str) or a list of questions, answered as one batch.
+
+        Returns:
+            an :class:`~hpengine.pipeline.Answer` (a list of them, in order, for a list): the
+            answer, the ranked passages with title, text and score, and the evidence chain.
+
+        Example:
+            >>> import tempfile, hpengine
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     index = hpengine.build_index(hpengine.demo_corpus()[:4], f"{tmp}/index")
+            ...     answers = hpengine.Engine(index, retriever="dense").ask(["Who directed The Salt Lanterns?"])
+            >>> top = answers[0].passages[0]
+            >>> top.title, top.score > 0.5
+            ('The Salt Lanterns', True)
+        """
+        single = isinstance(questions, str)
+        batch = [questions] if single else list(questions)
+        preds, question_emb = self._predict(batch)
+        answers = answers_from_predictions(preds, self.index, question_emb, is_llm_answer=self.reader is not None)
+        return answers[0] if single else answers
+
+    def _predict(self, questions: list) -> tuple:
+        """``(predictions, question embeddings [Q, D])`` of a batch (``([], None)`` for none)."""
         if not questions:
-            return []
+            return [], None
         questions = list(questions)
         self.stats["questions"] += len(questions)
         question_emb = self.steps.encode(questions)
-        return finish(self.steps, questions, question_emb, self.retriever.retrieve(questions, question_emb))
+        preds = finish(self.steps, questions, question_emb, self.retriever.retrieve(questions, question_emb))
+        return preds, question_emb
 
 
 def finish(steps: QASteps, questions: list, question_emb, out: Retrieved) -> list:

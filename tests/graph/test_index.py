@@ -56,7 +56,8 @@ def test_save_load_roundtrip(tmp_path):
         assert torch.equal(getattr(loaded, name), getattr(index, name)), name
     assert torch.equal(loaded.graph.fact_entity, index.graph.fact_entity)
     # no pickle anywhere: the manifest, one generation of json and safetensors, the store's own files
-    assert sorted(os.listdir(tmp_path / "idx")) == [".hpengine-store", ".hpengine.lock", "gen-000001", "index.json"]
+    assert sorted(os.listdir(tmp_path / "idx")) == [".hpengine-store", ".hpengine.holder", ".hpengine.lock", "gen-000001",
+                                                      "index.json"]
     assert sorted(os.listdir(tmp_path / "idx" / "gen-000001")) == [".hpengine-owner", "tensors.safetensors",
                                                                    "texts.json"]
 
@@ -121,7 +122,7 @@ def test_format_1_loads_and_the_next_save_replaces_its_files(tmp_path):
     grown, _ = build(["Alpha", "Kell", "Oro"])
     grown.save(legacy)
     assert Index.load(legacy).facts == grown.facts
-    assert sorted(os.listdir(legacy)) == [".hpengine-store", ".hpengine.lock", "gen-000001", "index.json",
+    assert sorted(os.listdir(legacy)) == [".hpengine-store", ".hpengine.holder", ".hpengine.lock", "gen-000001", "index.json",
                                           "notes.txt"]
 
 

@@ -8,7 +8,8 @@ import torch
 
 from hpengine.graph import build_index
 from hpengine.graph import build_index_sharded
-from hpengine.graph._shards import ShardFolder, build_fingerprint, gather_rows, shard_ranges
+from hpengine.graph._shards import (ShardFolder, build_fingerprint, gather_rows, settings_digest, shard_ranges,
+                                    slice_digest)
 from hpengine.testing._fakes import HashingEncoder
 
 from test_edit import CFG, TextExtractor, _random_table, assert_same_index
@@ -63,7 +64,7 @@ def test_a_stopped_build_resumes_from_its_last_finished_shard(tmp_path):
     want, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)
     with pytest.raises(KeyboardInterrupt):
         sharded(passages, table, tmp_path / "b", 5, extractor=StopAfter(table, 2))
-    assert ShardFolder(tmp_path / "b", _fingerprint(passages), 5).done() == [0, 1]
+    assert _folder(tmp_path / "b", passages, 5).done() == [0, 1]
     extractor, encoder = TextExtractor(table), HashingEncoder()
     got, report = sharded(passages, table, tmp_path / "b", 5, extractor=extractor, encoder=encoder)
     assert_same_index(got, want)
@@ -74,8 +75,12 @@ def test_a_stopped_build_resumes_from_its_last_finished_shard(tmp_path):
     assert encoder.texts_encoded == facts_left + len(passages[10:]) + len(got.entities)
 
 
-def _fingerprint(passages):
-    return build_fingerprint(passages, {"encoder": HashingEncoder().name, "embed_passages": True})
+def _folder(path, passages, shard_size):
+    """The build's shard folder as the build opens it (same fingerprint, slices and settings)."""
+    settings = {"encoder": HashingEncoder().name, "embed_passages": True}
+    spans = shard_ranges(len(passages), shard_size)
+    return ShardFolder(path, build_fingerprint(passages, settings), len(spans), settings_digest=settings_digest(settings),
+                       slices=lambda k: slice_digest(passages[spans[k][0]:spans[k][1]]))
 
 
 def test_another_corpus_or_setting_starts_afresh(tmp_path):
@@ -138,12 +143,74 @@ def test_entity_synonyms_are_the_builds():
         entity_synonyms(index.entity_emb, index.entities, dataclasses.replace(CFG, synonym_threshold=None))
 
 
-def test_a_damaged_shard_is_named_in_one_line(tmp_path):
-    from hpengine.graph import IndexFormatError
-
-    passages, table = corpus(n=10)
+def _stopped_build(tmp_path, n=15, finished=2):
+    passages, table = corpus(n=n)
     with pytest.raises(KeyboardInterrupt):
-        sharded(passages, table, tmp_path / "b", 5, extractor=StopAfter(table, 1))
-    (tmp_path / "b" / "shard-000000.safetensors").write_bytes(b"\x00" * 4)
-    with pytest.raises(IndexFormatError, match=r"shard-000000\.safetensors: not a safetensors file"):
-        sharded(passages, table, tmp_path / "b", 5)
+        sharded(passages, table, tmp_path / "b", 5, extractor=StopAfter(table, finished))
+    return passages, table
+
+
+def _edit_first_fact(path):
+    import json
+
+    record = json.loads(path.read_text())
+    facts = next(f for f in record["facts"] if f)  # the first passage with a fact
+    facts[0][0] = "INJECTED fact text"
+    path.write_text(json.dumps(record))
+
+
+def _count_one_fact_less(path):
+    import json
+
+    record = json.loads(path.read_text())
+    record["facts"] = [facts[1:] if facts else facts for facts in record["facts"]]
+    path.write_text(json.dumps(record))
+
+
+def _damage_tensors(path):
+    path.write_bytes(b"\x00" * 4)
+
+
+def _link_elsewhere(path):
+    target = path.parent.parent / "victim.json"
+    target.write_text("victim's own data")
+    path.unlink()
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize("damage,file,why", [
+    (_edit_first_fact, "shard-000000.json", "facts do not match their checksum"),
+    (_count_one_fact_less, "shard-000000.json", "facts do not match their checksum"),
+    (_damage_tensors, "shard-000000.safetensors", "tensors file does not match its checksum"),
+    (_link_elsewhere, "shard-000000.json", "is a symbolic link"),
+])
+def test_a_shard_that_does_not_verify_is_made_again_and_said_so(tmp_path, capsys, damage, file, why):
+    """A resumed build checks every kept shard against its checksums and what it was made from;
+    one that fails is made again (one line says so) and the index equals the one-piece build."""
+    passages, table = _stopped_build(tmp_path)
+    want, _ = build_index(passages, extractor=TextExtractor(table), encoder=HashingEncoder(), graph_cfg=CFG)
+    damage(tmp_path / "b" / file)
+    extractor = TextExtractor(table)
+    got, report = sharded(passages, table, tmp_path / "b", 5, extractor=extractor)
+    assert_same_index(got, want)
+    assert "INJECTED" not in "".join(got.facts)
+    assert report["resumed_shards"] == 1 and [r["shard"] for r in report["redone_shards"]] == [0]
+    assert extractor.seen == [p.title for p in passages[:5] + passages[10:]]  # shards 0 and 2: shard 1 verified
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hpengine: shard 0 of ") and why in err[0], err
+    if damage is _link_elsewhere:  # the link's target was neither read into the index nor changed
+        assert (tmp_path / "victim.json").read_text() == "victim's own data"
+
+
+def test_a_shard_of_another_corpus_slice_is_not_used(tmp_path):
+    """A record copied in from another build (same shard number) does not verify here."""
+    import shutil
+
+    passages, table = _stopped_build(tmp_path, finished=1)
+    other, other_table = corpus(seed=5, n=10)
+    with pytest.raises(KeyboardInterrupt):
+        sharded(other, other_table, tmp_path / "o", 5, extractor=StopAfter(other_table, 1))
+    for name in ("shard-000000.json", "shard-000000.safetensors"):
+        shutil.copyfile(tmp_path / "o" / name, tmp_path / "b" / name)
+    folder = _folder(tmp_path / "b", passages, 5)
+    assert folder.done() == [] and "does not match this build" in folder.redone[0][1]

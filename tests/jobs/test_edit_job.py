@@ -80,9 +80,9 @@ def write(path: Path, records: list) -> str:
 
 
 def tree(path) -> dict:
-    """Every file of the index but the lock, which records its last holder."""
+    """Every file of the index but the lock and the record of its last holder."""
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(Path(path).rglob("*"))
-            if p.is_file() and p.name != ".hpengine.lock"}
+            if p.is_file() and p.name not in (".hpengine.lock", ".hpengine.holder")}
 
 
 def assert_same_index(got, want):

@@ -36,7 +36,7 @@ def checksum(folder) -> dict:
     out = {}
     for root, _, files in os.walk(folder):
         for name in files:
-            if name == ".hpengine.lock":  # says who last held the writer lock; no index data
+            if name in (".hpengine.lock", ".hpengine.holder"):  # the lock and who last held it; no index data
                 continue
             p = os.path.join(root, name)
             out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
