@@ -1,9 +1,14 @@
 """hpengine: a PyTorch-native tensor retrieval engine for multi-hop question answering.
 
-Public entry points: :class:`HyperGraph` (atomic-fact hypergraph and its factored transition
-operator), :class:`Engine` (batched answer-guided multi-hop QA), and the typed configuration
-dataclasses. Everything else lives in the subpackages (``hpengine.graph``, ``hpengine.sparse``,
-``hpengine.retrieval``, ``hpengine.models``, ``hpengine.pipeline``, ``hpengine.eval``).
+The user's face: the index (:func:`build_index`, :func:`open_index`, :func:`add`, :func:`delete`,
+:func:`update`), :class:`Engine` (``engine.ask`` answers with passages and the evidence chain),
+:func:`evaluate` and :func:`write_report`, the built-in demo set (:func:`demo_corpus`,
+:func:`demo_questions`), the typed configuration dataclasses (the one source of defaults) and
+:class:`HyperGraph`. Each function does what the command of the same task does
+(:mod:`hpengine._api`). Everything else lives in the subpackages (``hpengine.graph``,
+``hpengine.sparse``, ``hpengine.retrieval``, ``hpengine.models``, ``hpengine.pipeline``,
+``hpengine.eval``, ``hpengine.nn``).
+
 
 The exports load on first use (PEP 562), so ``import hpengine.config`` or the command line's
 ``--help`` does not pay for torch and transformers.
@@ -31,15 +36,29 @@ _EXPORTS = {
     "RetrievalConfig": "hpengine.config",
     "HyperGraph": "hpengine.graph",
     "Engine": "hpengine.pipeline",
+    "Answer": "hpengine.pipeline",
+    "ScoredPassage": "hpengine.pipeline",
+    "add": "hpengine._api",
+    "build_index": "hpengine._api",
+    "delete": "hpengine._api",
+    "demo_corpus": "hpengine._api",
+    "demo_questions": "hpengine._api",
+    "evaluate": "hpengine._api",
+    "open_index": "hpengine._api",
+    "update": "hpengine._api",
+    "write_report": "hpengine._api",
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.config import (DenseConfig, EncoderConfig, EngineConfig, EvalConfig, ExtractorConfig, GragConfig,
                                  GraphConfig, HyperProveConfig, IndexConfig, ModelConfig, PPRConfig, RetrievalConfig)
+    from hpengine._api import (add, build_index, delete, demo_corpus, demo_questions, evaluate, open_index, update,
+                               write_report)
     from hpengine.graph import HyperGraph
-    from hpengine.pipeline import Engine
+    from hpengine.pipeline import Answer, Engine, ScoredPassage
 
 __all__ = [
+    "Answer",
     "DenseConfig",
     "Engine",
     "EngineConfig",
@@ -54,7 +73,17 @@ __all__ = [
     "ModelConfig",
     "PPRConfig",
     "RetrievalConfig",
+    "ScoredPassage",
     "__version__",
+    "add",
+    "build_index",
+    "delete",
+    "demo_corpus",
+    "demo_questions",
+    "evaluate",
+    "open_index",
+    "update",
+    "write_report",
 ]
 
 
