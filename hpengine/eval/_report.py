@@ -8,8 +8,8 @@ inline script over the runs' records embedded as JSON. Nothing is fetched when t
 
 This module assembles and writes the page. The parts, one concern each: ``_report_check`` reads
 and checks run files, ``_report_summary`` computes the per-run numbers, ``_report_browser`` the
-per-question data, ``_report_plots`` draws and ``_report_page`` lays out the HTML. Library code:
-no Hydra, explicit arguments.
+per-question data, ``_report_plots`` draws, ``_report_page`` lays out the HTML and ``_report_assets``
+holds its style sheet and script. Library code: no Hydra, explicit arguments.
 """
 from __future__ import annotations
 
