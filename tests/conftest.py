@@ -1,5 +1,8 @@
+import getpass
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +11,32 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: This test process's temporary folder: tempfile's, pytest's tmp_path and, through TMPDIR, those of
+#: the processes the tests start (the CLI, torchrun's logs). A passing run removes it, so the run
+#: leaves nothing in the system's temporary directory; a failing one keeps it to look at.
+SESSION_TMP = Path(tempfile.mkdtemp(prefix="hpengine-tests-"))
+os.environ["TMPDIR"] = tempfile.tempdir = str(SESSION_TMP)
+
+
+def _left_outside_tmp_path() -> list:
+    """What the run wrote to the temporary directory outside pytest's tmp_path folders."""
+    return sorted(p.name for p in SESSION_TMP.iterdir() if p.name != f"pytest-of-{getpass.getuser()}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    left = _left_outside_tmp_path()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if left and reporter is not None:  # a test that writes a temporary file outside tmp_path
+        reporter.ensure_newline()
+        reporter.write_line(f"tests left temporary files outside tmp_path (use tmp_path): {', '.join(left)}",
+                            yellow=True)
+    if exitstatus == 0:
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    elif reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"temporary files of this run (tmp_path folders included): {SESSION_TMP}")
 
 
 @pytest.fixture(autouse=True)

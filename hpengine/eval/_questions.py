@@ -63,9 +63,11 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
 
     Example:
         >>> import tempfile
-        >>> f = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
-        >>> _ = f.write('{"id": "q1", "question": "Who?", "answer": ["Ann"]}\\n'); f.close()
-        >>> load_questions(f.name)[0].answers
+        >>> from pathlib import Path
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = Path(tmp, "questions.jsonl")
+        ...     _ = path.write_text('{"id": "q1", "question": "Who?", "answer": ["Ann"]}\\n')
+        ...     load_questions(path)[0].answers
         ['Ann']
     """
     path = os.fspath(path)

@@ -107,13 +107,16 @@ def test_format_prediction_with_an_llm_labels_the_answer():
     assert format_prediction(Prediction("Who?", "Ann", [], [0])).splitlines()[-1] == f"{NO_LLM_LABEL}: Ann"
 
 
-def test_demo_names_its_real_index_folder_and_explains_its_numbers(capsys):
+def test_demo_names_its_real_index_folder_and_explains_its_numbers(capsys, monkeypatch, tmp_path):
+    import tempfile
+
     from hpengine.graph import Index
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the demo's default folder, made where pytest cleans
     status, out, err = run(capsys, "demo", *FAST)
     assert status == 0, err
     first = out.splitlines()[0]
-    assert first.startswith("index written to ") and "hpengine_demo_" in first
+    assert first.startswith(f"index written to {tmp_path / 'hpengine_demo_'}")
     folder = first.removeprefix("index written to ")
     assert folder != str(builtin_corpus_path()) and Index.load(folder).num_passages == 40
     assert out.count(NO_LLM_LABEL) == 12 and out.count("  passages (top 3 of ") == 12
