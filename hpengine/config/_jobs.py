@@ -3,7 +3,7 @@ from ``conf/``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from hpengine.config._checks import _check_finite, _check_range
 from hpengine.config._engine import EngineConfig
@@ -86,12 +86,18 @@ class EditJobConfig:
     graph: GraphConfig = field(default_factory=GraphConfig)  #: synonym_threshold unset: the index's eta
     #: Seconds to wait while another process writes the same index.
     lock_timeout: float = 60.0
+    #: Refuse unless the index is at this generation (the one whose ids you read; the edit reports print
+    #: it). Unset: a rerun of a delete by ids= that already committed is a no-op.
+    expect_generation: Optional[int] = None
 
     def __post_init__(self):
         _check_finite(self, "")
         _check_range("lock_timeout", self.lock_timeout, 0.0, 7 * 24 * 3600.0)
         self.titles = _listed("titles", self.titles, str)
         self.ids = _listed("ids", self.ids, int)
+        g = self.expect_generation
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
+            raise ValueError(f"expect_generation must be a generation number >= 1 (got {g!r})")
 
 
 def _listed(key: str, value, kind: type) -> list | None:

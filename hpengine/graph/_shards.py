@@ -92,6 +92,7 @@ class ShardFolder:
 
     def _open(self) -> None:
         """Keep the finished shards of the same build; start afresh otherwise."""
+        self.root.mkdir(parents=True, exist_ok=True)  # the index folder: what the user named
         make_dir(self.folder, self.root, exist_ok=True)
         plan_path = self.folder / PLAN_FILE
         try:

@@ -74,7 +74,7 @@ DEFAULT_LOCK_TIMEOUT = 60.0
 _READ_ATTEMPTS = 64
 #: test hook: ``HPENGINE_TEST_KILL_AT=<point>`` makes a writer SIGKILL its own process there
 #: (``before-commit``, ``after-commit``, ``after-shard``: a streaming build's first shard written),
-#: so the kill -9 tests hit each window
+#: so the kill -9 tests hit each window; ``<point>:SIGINT`` (or another signal name) sends that one
 _KILL_ENV = "HPENGINE_TEST_KILL_AT"
 
 
@@ -97,10 +97,11 @@ class Generation:
 
 
 def _kill_point(name: str) -> None:
-    if os.environ.get(_KILL_ENV) == name:  # tests only
+    point, _, sig = os.environ.get(_KILL_ENV, "").partition(":")
+    if point == name:  # tests only: ``<point>`` is SIGKILL, ``<point>:SIGINT`` another signal
         import signal
 
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -179,7 +180,7 @@ def _command_of(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
-        return " ".join(a.decode("utf-8", "replace") for a in argv if a)[:120] or "unknown command"
+        return " ".join(" ".join(a.decode("utf-8", "replace") for a in argv).split())[:120] or "unknown command"
     except OSError:
         return "unknown command"
 

@@ -3,6 +3,7 @@ generation committed under the index's writer lock, the edit report printed."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 from hpengine.config import EditJobConfig, EncoderConfig, GraphConfig
 from hpengine.errors import UserError
@@ -124,14 +125,56 @@ def run_delete(cfg: EditJobConfig, *, progress: bool = True, loaded=None):
         raise UserError("delete needs corpus=PATH, titles=[...] or ids=[...] to name the passages to remove "
                         "(got none)")
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine delete") as writer:
+        current = _check_generation(cfg, writer)
         index = Index.load(cfg.out, device=cfg.device)  # the latest, under the lock
+        done = _finished_delete(cfg, index, current)
+        if done is not None:  # a rerun of a delete by ids= that committed: positions have shifted since
+            return index, done
+        removed = [_content_key(index.passages[i]) for i in cfg.ids or () if 0 <= i < index.num_passages]
         graph_cfg = _as_built("graph", cfg.graph, _recorded(index.meta, "graph"))
         new, report = delete_passages(index, ids=cfg.ids, titles=cfg.titles, passages=records,
                                       graph_cfg=graph_cfg, progress=progress, **_models(cfg, index.meta))
-        report = {"corpus": cfg.corpus, "titles": cfg.titles, "ids": cfg.ids, **report}
+        report = {"corpus": cfg.corpus, "titles": cfg.titles, "ids": cfg.ids, "from_generation": current,
+                  "removed_by_id": removed, **report}
         _record(new, "delete", report, cfg.out)
         new.save(cfg.out, writer=writer)
+        report["generation"] = writer.previous.number
     return new, report
+
+
+def _check_generation(cfg: EditJobConfig, writer) -> int:
+    """The generation the edit starts from; refused unless it is ``cfg.expect_generation`` (when set)."""
+    current = writer.previous.number if writer.previous is not None else 0
+    if cfg.expect_generation is not None and cfg.expect_generation != current:
+        raise UserError(f"out={cfg.out!r} is at generation {current}, not expect_generation={cfg.expect_generation}: "
+                        f"it changed since you read it (ids are positions in one generation); nothing was "
+                        f"changed: look again and pass expect_generation={current}")
+    return current
+
+
+def _content_key(passage) -> dict:
+    """A passage by content: its title and the sha256 of its title and text."""
+    digest = hashlib.sha256(f"{passage.title}\0{passage.text}".encode("utf-8")).hexdigest()
+    return {"title": passage.title, "sha256": digest}
+
+
+def _finished_delete(cfg: EditJobConfig, index: Index, current: int) -> dict | None:
+    """The no-op report of a delete by ids= that is the index's last edit, committed as generation
+    ``current`` with the passages it removed gone (None: not such a rerun, or ``expect_generation``
+    given, which asks for exactly this generation's positions)."""
+    if not cfg.ids or cfg.expect_generation is not None:
+        return None
+    last = (index.meta.get("edit_reports") or [{}])[-1]
+    same = (last.get("command") == "delete" and last.get("ids") == cfg.ids and last.get("titles") == cfg.titles
+            and last.get("corpus") == cfg.corpus and last.get("from_generation") == current - 1)
+    if not same:
+        return None
+    present = {_content_key(p)["sha256"] for p in index.passages}
+    removed = last.get("removed_by_id") or []
+    if any(r.get("sha256") in present for r in removed):
+        return None
+    return {"deleted_passages": 0, "already_done": True, "generation": current, "ids": cfg.ids,
+            "removed_by_id": removed}
 
 
 def run_update(cfg: EditJobConfig, *, progress: bool = True, loaded=None):
@@ -151,6 +194,7 @@ def run_update(cfg: EditJobConfig, *, progress: bool = True, loaded=None):
     if not records:
         raise UserError("update needs corpus=PATH, the records {title, text} with the new texts (got no corpus=)")
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine update") as writer:
+        _check_generation(cfg, writer)
         index = Index.load(cfg.out, device=cfg.device)  # the latest, under the lock
         graph_cfg = _as_built("graph", cfg.graph, _recorded(index.meta, "graph"))
         new, report = update_passages(index, records, ids=cfg.ids, graph_cfg=graph_cfg, progress=progress,
@@ -159,6 +203,7 @@ def run_update(cfg: EditJobConfig, *, progress: bool = True, loaded=None):
         if report["updated_passages"]:
             _record(new, "update", report, cfg.out)
             new.save(cfg.out, writer=writer)
+            report["generation"] = writer.previous.number
     return new, report
 
 
@@ -171,6 +216,12 @@ def _record(index: Index, command: str, report: dict, out: str) -> None:
 
 def format_edit_report(report: dict, out: str) -> str:
     """Human-readable report of a delete or update."""
+    if report.get("already_done"):
+        titles = ", ".join(repr(r["title"]) for r in report["removed_by_id"][:5])
+        g = report["generation"]
+        return (f"nothing to delete in {out}: generation {g} is already this delete's result (ids={report['ids']} "
+                f"removed {titles}); to delete positions {report['ids']} of generation {g}, add "
+                f"expect_generation={g}")
     if "updated_passages" in report and not report["updated_passages"]:
         return f"nothing to update in {out}: every record equals its passage ({report['unchanged_passages']} records)"
     done = "deleted" if "deleted_passages" in report else "updated"
@@ -179,6 +230,8 @@ def format_edit_report(report: dict, out: str) -> str:
             f"({report['renamed_entities']} renamed), {report['reread_passages']} passages re-read, "
             f"{report['requeried_entities']} names searched again for synonyms")
     lines = format_report(report, out).splitlines()
+    if "generation" in report:  # the generation an expect_generation= of a later edit names
+        lines[0] += f" (generation {report['generation']})"
     if report.get("unchanged_passages"):
         head += f"; {report['unchanged_passages']} records equal their passages"
     stale = "" if "grag_stale" not in report else f"\n  {report['grag_stale']}"

@@ -37,8 +37,10 @@ def peek_index_meta(path) -> dict | None:
 
 
 def check_writable(path: str | os.PathLike, key: str) -> None:
-    """The nearest existing ancestor of ``path`` is a writable folder."""
-    parent = Path(os.path.abspath(path)).parent
+    """``path`` itself when it is a folder (an index to edit: on a read-only file system even root
+    may not write it), else the nearest existing ancestor of ``path``, is a writable folder."""
+    here = Path(os.path.abspath(path))
+    parent = here if here.is_dir() else here.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

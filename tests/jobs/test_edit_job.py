@@ -211,3 +211,31 @@ def test_the_jobs_take_the_settings_the_index_was_built_with():
     assert _encoder_config(cfg, meta) == EncoderConfig(name_or_path="minilm", dtype="float32", device="cpu")
     cfg.encoder.dtype = "float16"  # named on the command line: as given
     assert _encoder_config(cfg, meta) is cfg.encoder
+
+
+def test_a_rerun_of_a_finished_delete_by_ids_is_a_no_op(idx, models, capsys):
+    """Positions shift after a delete: the same ``delete ids=`` again (as an interrupt message
+    invites) removes nothing; ``expect_generation=`` of the generation read deletes its positions."""
+    main(["delete", "ids=[1,3]", f"out={idx}"])
+    assert "(generation 2)" in capsys.readouterr().out
+    before = tree(idx)
+    main(["delete", "ids=[1,3]", f"out={idx}"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"nothing to delete in {idx}: generation 2 is already this delete's result") \
+        and "'Bea Stone', 'Oro'" in out and "expect_generation=2" in out
+    assert tree(idx) == before
+    assert_same_index(Index.load(idx), build(passages("Alpha", "Kell")))
+    main(["delete", "ids=1", f"out={idx}", "expect_generation=2"])  # Kell, asked for by this generation's id
+    assert_same_index(Index.load(idx), build(passages("Alpha")))
+
+
+def test_an_edit_of_another_generation_than_expected_is_refused(idx, tmp_path, models, capsys):
+    main(["delete", "ids=3", f"out={idx}"])
+    before = tree(idx)
+    for args in (["delete", "ids=0"], ["update", f"corpus={write(tmp_path / 'new.jsonl', [Passage('Kell', 'new Kell')])}"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*args, f"out={idx}", "expect_generation=1"])
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 2 and len(err.splitlines()) == 1
+        assert err.startswith("hpengine: error: ") and "is at generation 2, not expect_generation=1" in err
+        assert tree(idx) == before and models == []

@@ -386,6 +386,8 @@ def test_eval_output_is_strict_json_with_gold_warnings(work):
 
 KILLS = [("index", "before-commit"), ("index", "after-commit"), ("add", "before-commit"), ("add", "after-commit")]
 SHARD_KILL = ("index-shards", "after-shard")
+#: Ctrl-C and SIGTERM after the first shard of a first build: its finished shard stays
+SHARD_SIGNALS = [("index-shards", "after-shard:SIGINT"), ("index-shards", "after-shard:SIGTERM")]
 
 
 def _kill_args(command, work):
@@ -402,12 +404,13 @@ def killed_runs(built, tmp_path_factory):
     """Each (command, point) of KILLS in its own copy of the index, the processes started together:
     ``{(command, point): (folder, passages before, names beside before, run)}``."""
     root = tmp_path_factory.mktemp("killed")
-    folders = {case: copy_work(built, root / f"{case[0]}-{case[1]}" / "w") for case in KILLS + [SHARD_KILL]}
+    folders = {case: copy_work(built, root / f"{case[0]}-{case[1].replace(':', '-')}" / "w")
+               for case in KILLS + [SHARD_KILL] + SHARD_SIGNALS}
     old = {case: Index.load(w / "idx").num_passages for case, w in folders.items()}
     beside = {case: sorted(os.listdir(w)) for case, w in folders.items()}
     runs = cli_many({case: ([*_kill_args(case[0], w), *FAST], w, {"HPENGINE_TEST_KILL_AT": case[1]})
                      for case, w in folders.items()})
-    return {case: (folders[case], old[case], beside[case], runs[case]) for case in KILLS + [SHARD_KILL]}
+    return {case: (folders[case], old[case], beside[case], runs[case]) for case in KILLS + [SHARD_KILL] + SHARD_SIGNALS}
 
 
 @pytest.mark.parametrize("command, point", KILLS)
@@ -453,6 +456,26 @@ def test_a_killed_streaming_build_resumes_from_its_finished_shard(killed_runs, t
     assert torch.equal(resumed.fact_entity_raw, want.fact_entity_raw)
     for name in ("fact_emb", "passage_emb", "entity_emb"):  # the encoder batched other texts together
         assert torch.allclose(getattr(resumed, name), getattr(want, name), atol=1e-5), name
+
+
+@pytest.mark.parametrize("case", SHARD_SIGNALS, ids=lambda c: c[1].split(":")[1])
+def test_an_interrupted_first_build_keeps_its_finished_shard_and_resumes(killed_runs, case):
+    """Ctrl-C (one line, status 130) or SIGTERM after the first of three shards of a build into a
+    new folder: the folder and its finished shard stay, and the same command resumes from it."""
+    work, _, _, run = killed_runs[case]
+    fresh = work / "fresh"
+    if case[1].endswith("SIGINT"):
+        assert run.returncode == 130, run.stderr
+        assert run.stderr.strip().splitlines()[-1].startswith("hpengine: interrupted")
+    else:
+        assert run.returncode == -signal.SIGTERM, run.stderr
+    assert not (fresh / "index.json").exists()
+    assert sorted(n for n in os.listdir(fresh / ".build") if n.startswith("shard-")) == \
+        ["shard-000000.json", "shard-000000.safetensors"]
+    run = cli_in_process(*_kill_args("index-shards", work), *FAST)
+    assert run.returncode == 0, run.stderr
+    report = Index.load(fresh).meta["build_report"]
+    assert (report["shards"], report["resumed_shards"], report["redone_shards"]) == (3, 1, [])
 
 
 def test_kill_9_mid_work_leaves_index_unchanged(work):
