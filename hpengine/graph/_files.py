@@ -1,5 +1,5 @@
 """Files inside an index folder, opened so that no one else who can write the folder can turn
-them against its user (docs/guides/index.md, "A shared index folder").
+them against its user (docs/guides/shared_index.md).
 
 Every path below the index folder ``root`` is opened one component at a time relative to the
 folder before it (``openat``) with ``O_NOFOLLOW``: a symbolic link anywhere below ``root`` is
@@ -30,8 +30,7 @@ class LinkRefusedError(UserError):
 
 def _refused(path: Path, what: str = "a symbolic link") -> LinkRefusedError:
     return LinkRefusedError(f"{path} is {what}; hpengine does not follow links or open special files inside "
-                            f"an index folder: remove it (an index folder's files are its own, see "
-                            f"docs/guides/index.md)")
+                            f"an index folder: remove it (docs/guides/shared_index.md)")
 
 
 def _parts(path: Path, root: Path | None) -> tuple[Path, tuple]:

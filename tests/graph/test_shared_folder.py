@@ -1,7 +1,7 @@
 """An index folder others can write cannot be turned against its user: no file below it is read or
 written through a link (a link is refused with one line naming it), data is written only where the
 user asked, a lock timeout names the process that holds the lock, and disk-full and missing files
-are one line (docs/guides/index.md, "A shared index folder")."""
+are one line (docs/guides/shared_index.md)."""
 import errno
 import json
 import os
