@@ -1,18 +1,23 @@
 """``hpengine`` command line, the one front door: ``hpengine <command> [argument ...]``.
 
-The commands are :data:`COMMANDS` (``hpengine --help`` lists them with the registered retrieval
-methods): ``index``, ``add``, ``delete``, ``update``, ``ask``, ``eval`` and ``demo`` compose a primary
-config in ``conf/`` (``index.yaml``, ``edit.yaml``, ``eval.yaml``, ``demo.yaml``) with ``key=value``
-overrides; ``report`` and ``grag-build`` read their own arguments. A retrieval method is the config-group option
-``engine=NAME`` (``retriever=NAME`` for short) of every method config class
-(:func:`hpengine.config.method_configs`), registered by :func:`~hpengine.config.register_configs`.
+The commands, their shapes and their keys are data in :mod:`hpengine._commands` (``hpengine --help``
+lists the commands and the registered retrieval methods; ``hpengine COMMAND --help`` a command's
+keys, each with its one-line doc and default, read from the config dataclasses). ``index``,
+``add``, ``delete``, ``update``, ``ask``, ``eval`` and ``demo`` compose a primary config in
+``conf/`` with ``key=value`` overrides; ``report`` and ``grag-build`` read their own keys. The index
+folder is the first argument of every command that takes one (``hpengine eval IDX questions=...``);
+``index=`` / ``out=`` say the same. A retrieval method is the config-group option ``engine=NAME``
+(``retriever=NAME`` for short) of every method config class (:func:`hpengine.config.method_configs`).
 
-This is the only module (with benchmarks/) that touches Hydra: it composes YAML on top of the
-typed schemas, converts to dataclasses and calls plain library functions. It imports neither torch
-nor Hydra until a command runs, so ``--help`` and an unknown command answer at once.
+This module sits above every layer (nothing in the package imports it) and is the only one (with
+benchmarks/) that touches Hydra: it composes YAML on top of the typed schemas, converts to
+dataclasses and calls plain library functions. It imports neither torch nor Hydra until a
+command runs, so ``--help`` and an error in the arguments answer at once.
 
-Errors: every key and value is checked before any work starts (unknown keys however written,
-``__post_init__`` checks of every config, devices); a :class:`~hpengine.errors.UserError` is
+Errors: every key is checked before anything is composed (an unknown key names the closest valid
+one; a key a command would ignore is refused), then every value (``__post_init__`` checks,
+devices), then every path, all before any model loads; a value given on the command line is taken
+as it is, never interpolated (``${...}`` stays text). A :class:`~hpengine.errors.UserError` is
 printed as one line ``hpengine: error: ...`` with exit status 2 and no traceback, which
 ``HPENGINE_DEBUG=1`` or ``debug=true`` shows. Other exceptions are internal errors and keep
 their traceback.
@@ -23,101 +28,24 @@ import dataclasses
 import os
 import re
 import sys
-from pathlib import Path
 
+from hpengine._commands import COMMANDS, OVERRIDE, check_overrides, closest, command_help, conf_dir
+from hpengine._commands import escape_interpolation, method_of, split_positional, usage
 from hpengine._console import FALSE as _FALSE
 from hpengine._console import TRUE as _TRUE
 from hpengine._console import debug_from_env as _debug_from_env
 from hpengine._console import fail as _fail
 from hpengine._console import one_line as _one_line
 
-#: ``name -> (what it does, how it is called, notes)``: the usage text lists them in this order
-COMMANDS = {
-    "index": ("build an index",
-              "hpengine index corpus=PATH out=DIR [overwrite=true] [extractor=fast|llm] [device=cpu|cuda] "
-              "[grag.build=true]",
-              "an existing index at out= is replaced only with overwrite=true, and only once the new one is "
-              "complete"),
-    "add": ("add passages", "hpengine add corpus=PATH out=DIR", ""),
-    "delete": ("remove passages", "hpengine delete out=DIR corpus=PATH|titles=[T,...]|ids=[I,...]",
-               "corpus records match by title and text, else by a title one passage has; titles= takes every "
-               "passage with the title; ids are positions in the index. The result equals a fresh index of the "
-               "remaining passages; the others are not extracted or embedded again"),
-    "update": ("new passage texts", "hpengine update corpus=PATH out=DIR [ids=[I,...]]",
-               "each record replaces the passage with its title (or ids=, one per record); only those are "
-               "extracted and embedded again, and the result equals a fresh index of the edited corpus"),
-    "ask": ("questions", 'hpengine ask INDEX "question"|-|questions=FILE [key=value ...] [-- "question"]',
-            "the first two arguments that are not overrides are INDEX and the question; an override is "
-            "KEY=VALUE whose KEY starts with a config key (model.llm=..., retriever=METHOD, +eval.x=...); "
-            'everything after -- is positional: hpengine ask IDX -- "model=what?". - reads one question per '
-            'line from stdin, questions=FILE a question file as eval takes; all are answered in one start-up. '
-            "Prints the ranked passages and the evidence chain; without model= the engine retrieves and names "
-            "the best bridge entity, not an answer"),
-    "eval": ("a question file", "hpengine eval index=DIR questions=PATH [retriever=METHOD] [output=FILE.json]", ""),
-    "demo": ("built-in default", "hpengine demo [retriever=METHOD]",
-             "index the built-in corpus (into a new temporary folder unless out=DIR), answer its questions, "
-             "print passages, chains and scores"),
-    "report": ("one HTML page", "hpengine report RUN.json [RUN2.json ...] [out=report.html]", "compares eval runs"),
-    "grag-build": ("GRAG-MH parts", "hpengine grag-build INDEX [key=value ...]",
-                   "adds the triples, communities and summary nodes that retriever=grag needs to a saved index, "
-                   "atomically; keys: hpengine grag-build --help"),
-}
+__all__ = ["COMMANDS", "job_config", "main", "split_ask_args", "usage"]
+
 #: commands that compose a primary config (``conf/<name>.yaml``); the others read their own arguments
-_CONFIG_OF = {"index": "index", "add": "index", "delete": "edit", "update": "edit", "ask": "eval", "eval": "eval",
-              "demo": "demo"}
+_CONFIG_OF = {name: spec.conf for name, spec in COMMANDS.items() if spec.conf}
 _HELP = ("-h", "--help")
-
-#: ``[+|++|~]key.path[@pkg]=value``: what Hydra reads as an override
-_OVERRIDE = re.compile(r"^(?:\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*)(?:[./][\w\-]+)*(?:@[\w.\-]+)?(?P<eq>=|$)")
-#: the options this module reads itself (not config keys), and the commands taking each
-_CLI_OPTIONS = {"debug": ("index", "add", "delete", "update", "eval", "demo", "ask", "grag-build"),
-                "overwrite": ("index", "demo")}
-
-
-def _wrap(text: str, indent: int, width: int = 100) -> list:
-    import textwrap
-
-    return textwrap.wrap(text, width, initial_indent=" " * indent, subsequent_indent=" " * indent,
-                         break_on_hyphens=False)
-
-
-def _summary(config_class: type) -> str:
-    """``"What it is; config module.ConfigClass"``: the first clause of the class's docstring, its path."""
-    where = f"{config_class.__module__.split('._')[0]}.{config_class.__name__}"
-    doc = (config_class.__doc__ or "").strip()
-    if not doc or doc.startswith(config_class.__name__ + "("):  # none: dataclass writes the signature
-        return f"config {where}"
-    return f"{doc.splitlines()[0].split(': ')[0].rstrip('.,;:')}; config {where}"
-
-
-def usage() -> str:
-    """The ``hpengine --help`` text: every command and every registered retrieval method (read from
-    the method config classes: no torch, no Hydra)."""
-    from hpengine.config import method_configs
-
-    lines = ["usage: hpengine <command> [argument ...]", "", "commands:"]
-    for name, (what, how, notes) in COMMANDS.items():
-        lines.append(f"  {name:<11} {what + ':':<18} {how}")
-        if notes:
-            lines += _wrap(notes, 14)
-    lines += ["", "methods (retriever=METHOD or engine=METHOD for eval, ask and demo; engine.KEY=VALUE sets the "
-              "method's settings):"]
-    lines += [f"  {name:<11} {_summary(cls)}" for name, cls in method_configs().items()]
-    lines += ["", "Every command takes debug=true (or HPENGINE_DEBUG=1) to show the traceback of an error.",
-              "Add --cfg job to print the composed configuration, -m for Hydra multirun sweeps (index, add, delete, "
-              "update, eval, demo)."]
-    return "\n".join(lines)
-
 
 
 def _conf_dir() -> str:
-    here = Path(__file__).resolve()
-    repo_conf = here.parents[1] / "conf"  # editable install / source checkout
-    if (repo_conf / "index.yaml").exists():
-        return str(repo_conf)
-    import hpengine.conf
-
-    return str(Path(hpengine.conf.__file__).parent)
+    return str(conf_dir())
 
 
 # ------------------------------------------------------------------ errors
@@ -133,9 +61,10 @@ def _split_cli_options(command: str, args: list) -> tuple[list, dict]:
     options, rest = {}, []
     for a in args:
         key, eq, value = a.partition("=")
-        if eq and key in _CLI_OPTIONS:
-            if command not in _CLI_OPTIONS[key]:
-                raise _user_error(f"{key}= applies to {' and '.join(_CLI_OPTIONS[key])} only (got {a!r} for {command})")
+        if eq and key in ("debug", "overwrite"):
+            takes = [name for name, spec in COMMANDS.items() if key in spec.options]
+            if key not in COMMANDS[command].options:
+                raise _user_error(f"{key}= applies to {' and '.join(takes)} only (got {a!r} for {command})")
             v = value.strip().lower()
             if v not in _TRUE | _FALSE:
                 raise _user_error(f"{key}= must be true or false (got {value!r})")
@@ -150,17 +79,19 @@ def is_override(arg: str, top_keys) -> bool:
     whose first key component is one of ``top_keys`` (the ask config's keys, ``retriever`` and
     this module's options). Anything else (a question with ``=`` in it, one starting with ``-``)
     is positional."""
-    match = _OVERRIDE.match(arg)
-    if match is None or match.group("key") not in top_keys:
+    match = OVERRIDE.match(arg)
+    if match is None or re.split(r"[./]", match.group("key"))[0] not in top_keys:
         return False
     return bool(match.group("eq")) or arg.startswith("~")
 
 
 def split_ask_args(args: list, top_keys) -> tuple[str, str, list]:
-    """``(index, question, overrides)`` of ``hpengine ask`` arguments (rule: see the usage text).
+    """``(index, question, overrides)`` of ``hpengine ask`` arguments: the first argument that is
+    not an override is the index, the second the question (``""``: none, read from the terminal
+    or from ``questions=FILE``); everything after ``--`` is positional.
 
     Raises:
-        UserError: not exactly two positional arguments.
+        UserError: no index, or more than two positional arguments.
     """
     positional, overrides = [], []
     for i, a in enumerate(args):
@@ -168,22 +99,47 @@ def split_ask_args(args: list, top_keys) -> tuple[str, str, list]:
             positional.extend(args[i + 1:])
             break
         (overrides if is_override(a, top_keys) else positional).append(a)
-    has_file = any(re.match(r"(?:\+\+|\+)?questions=", a) for a in overrides)
-    if len(positional) == 1 and has_file:  # hpengine ask INDEX questions=FILE: no positional question
+    if len(positional) == 1:  # hpengine ask IDX [questions=FILE]: the questions come from elsewhere
         return positional[0], "", overrides
     if len(positional) != 2:
         got = "no arguments" if not positional else " ".join(repr(p) for p in positional)
-        raise _user_error('ask takes INDEX and one question: hpengine ask INDEX "question" [key=value ...], '
-                          '- for one question per line of stdin, or questions=FILE; quote the question, and put '
-                          f'it after -- if it looks like key=value (got {got})')
+        raise _user_error('ask takes IDX and at most one question: hpengine ask IDX ["question" | - | '
+                          'questions=FILE] [key=value ...]; quote the question, and put it after -- if it looks '
+                          f'like key=value (got {got})')
     return positional[0], positional[1], overrides
 
 
 def _ask_keys() -> set:
-    from hydra.core.config_store import ConfigStore
+    """The first components of the keys ``ask`` reads (its refused keys too: they are refused by
+    name, not taken for a question)."""
+    from hpengine.config import EvalJobConfig
 
-    node = ConfigStore.instance().load("base_eval_job.yaml").node
-    return set(node.keys()) | {"hydra", "retriever", *_CLI_OPTIONS}
+    fields = {f.name for f in dataclasses.fields(EvalJobConfig)}
+    return fields | {"hydra", "retriever", "debug", "overwrite"}
+
+
+def _with_positional_index(command: str, args: list) -> list:
+    """``args`` with the command's positional index folder as its key (``eval IDX`` ->
+    ``index=IDX``, ``add IDX`` -> ``out=IDX``).
+
+    Raises:
+        UserError: more than one positional argument, or an index given both ways, differently.
+    """
+    key = COMMANDS[command].positional
+    positional, rest = split_positional(command, args)
+    if not positional:
+        return rest
+    shape = COMMANDS[command].usage
+    if key is None or len(positional) > 1:
+        extra = positional if key is None else positional[1:]
+        raise _user_error(f"{command} takes {'no positional argument' if key is None else 'one index folder'} "
+                          f"(usage: {shape}); every other argument is KEY=VALUE "
+                          f"(got {' '.join(repr(p) for p in extra)})")
+    given = [a.split("=", 1)[1] for a in rest if re.match(rf"(?:\+\+|\+)?{key}=", a)]
+    if given and given[-1] != positional[0]:
+        raise _user_error(f"{command} takes one index folder, as its first argument or as {key}= (got {positional[0]!r} "
+                          f"and {key}={given[-1]!r})")
+    return [f"{key}={positional[0]}", *[a for a in rest if not re.match(rf"(?:\+\+|\+)?{key}=", a)]]
 
 
 # ------------------------------------------------------------ validation
@@ -199,8 +155,8 @@ def _check_keys(cfg, path: str = "") -> None:
             continue
         full = f"{path}{key}"
         if allowed is not None and key not in allowed:
-            raise _user_error(f"unknown config key {full!r}: {schema.__name__} has no field {key!r} "
-                              f"(valid: {', '.join(sorted(allowed))})")
+            raise _user_error(f"unknown config key {full!r}: {schema.__name__} has no field {key!r}"
+                              f"{closest(key, allowed)} (valid: {', '.join(sorted(allowed))})")
         child = cfg._get_node(key)
         if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
             _check_keys(child, full + ".")
@@ -230,6 +186,8 @@ def _available_devices() -> list:
 
 
 def _check_device(key: str, value: str) -> None:
+    if value == "cpu":  # every machine has it; no need to load torch to say so
+        return
     import torch
 
     try:
@@ -365,9 +323,30 @@ def _demo_task(cfg, options) -> None:
         print(f"report page written to {result['report']}")
 
 
-def _ask_questions(question: str, questions_file: str) -> list:
-    """The questions of one ``ask``: the positional one, one per line of stdin (``-``), or the
-    ``question`` fields of ``questions=FILE`` (read before any model loads)."""
+def _text_question(text: str, where: str) -> str:
+    """``text`` stripped, refused when it is not valid text (undecodable bytes read from stdin)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "surrogateescape") if "\udc80" <= max(text) else text.encode("utf-8", "replace")
+        raise _user_error(f"{where} is not UTF-8 text (got {raw.strip()[:60]!r})") from None
+    return text.strip()
+
+
+def _stdin_questions() -> list:
+    """One question per line of stdin; blank lines are skipped."""
+    try:
+        lines = sys.stdin.readlines()
+    except UnicodeDecodeError as exc:
+        raise _user_error(f"stdin is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    questions = [_text_question(line, f"line {i} of stdin") for i, line in enumerate(lines, 1)]
+    return [q for q in questions if q]
+
+
+def _ask_questions(question: str, questions_file: str, max_questions: int) -> list | None:
+    """The questions of one ``ask``, read before any model loads: the positional one, one per line
+    of stdin (``-``), or the ``question`` fields of ``questions=FILE``; the first ``max_questions``
+    of them when that is not 0. ``None``: no question given, so they come from the terminal."""
     if questions_file:
         from hpengine.eval import load_questions
 
@@ -377,48 +356,122 @@ def _ask_questions(question: str, questions_file: str) -> list:
         questions = [q.question for q in load_questions(questions_file)]
         if not questions:
             raise _user_error(f"questions={questions_file!r} has no questions (got 0 records)")
-        return questions
-    if question == "-":  # one question per line; blank lines are skipped
-        questions = [line.strip() for line in sys.stdin if line.strip()]
+    elif question == "-":
+        questions = _stdin_questions()
         if not questions:
             raise _user_error("ask - reads one question per line from stdin (got no questions)")
-        return questions
-    if not question.strip():
-        raise _user_error(f"the question is empty (got {question!r})")
-    return [question]
+    elif question == "":
+        return None
+    else:
+        if not question.strip():
+            raise _user_error(f"the question is empty (got {question!r})")
+        questions = [question]
+    return questions[:max_questions] if max_questions else questions
+
+
+def _read_question(interactive: bool) -> str | None:
+    """The next question from the terminal (``None`` at an empty line or end of input)."""
+    prompt = "question> "
+    if interactive:  # a terminal on both ends: line editing, the prompt beside the answers
+        try:
+            line = input(prompt)
+        except EOFError:
+            print()
+            return None
+    else:  # piped: the prompt goes to stderr, so stdout holds the answers alone
+        print(prompt, end="", file=sys.stderr, flush=True)
+        try:
+            line = sys.stdin.readline()
+        except UnicodeDecodeError as exc:
+            raise _user_error(f"stdin is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return line.strip() or None
+
+
+def _ask_loop(engine, llm: bool) -> None:
+    """Answer questions from the terminal one at a time with the loaded ``engine`` until an empty
+    line or end of input; a question that is not text is refused and the loop goes on."""
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401  (input() gains line editing and history)
+        except ImportError:
+            pass
+    print(f"hpengine: index loaded ({engine.index.num_passages} passages); ask a question, an empty line or "
+          "Ctrl-D quits", file=sys.stderr)
+    while True:
+        question = _read_question(interactive)
+        if question is None:
+            if not interactive:
+                print(file=sys.stderr)  # ends the last prompt's line
+            return
+        try:
+            question = _text_question(question, "the question")
+        except Exception as exc:  # the user's line: say so, keep the engine
+            print(f"hpengine: error: {_one_line(exc)}", file=sys.stderr)
+            continue
+        print(_format(engine, engine.answer([question])[0], llm), flush=True)
+        print(flush=True)
+
+
+def _format(engine, pred, llm: bool) -> str:
+    """One answered question as ``ask`` prints it."""
+    from hpengine.jobs import format_prediction
+
+    return format_prediction(pred, engine.index, llm=llm)
 
 
 def _ask_task_for(index_dir: str, question: str):
     def task(cfg, options) -> None:
-        from hpengine.jobs import check_index_dir, format_prediction, make_engine
+        from hpengine.jobs import check_index_dir, make_engine
 
         if cfg.get("index"):
             raise _user_error(f"ask takes the index as its first argument, not index= (got index={cfg.index!r})")
-        questions = _ask_questions(question, cfg.get("questions") or "")
         ecfg = job_config(cfg)
+        questions = _ask_questions(question, ecfg.questions, ecfg.eval.max_questions)
         ecfg.index = index_dir
-        check_index_dir(index_dir, "INDEX")
+        check_index_dir(index_dir, "IDX")
         engine = make_engine(ecfg)  # start-up (models, index) is paid once for all the questions
         llm = engine.reader is not None
+        if questions is None:
+            return _ask_loop(engine, llm)
         size = ecfg.eval.batch_size
         for b in range(0, len(questions), size):
             for i, pred in enumerate(engine.answer(questions[b: b + size]), b):
-                print(("\n" if i else "") + format_prediction(pred, engine.index, llm=llm))
+                print(("\n" if i else "") + _format(engine, pred, llm))
 
     return task
+
+
+def _check_report_keys(args: list) -> None:
+    """The ``key=value`` arguments of ``report`` name its keys (an argument that is an existing file
+    is a run file, ``=`` or not)."""
+    from hpengine.config import ReportConfig
+
+    keys = {f.name for f in dataclasses.fields(ReportConfig)} | {"debug"}
+    for arg in args:
+        key, eq, _ = arg.partition("=")
+        if eq and key not in keys and OVERRIDE.match(arg) and not os.path.exists(arg):
+            raise _user_error(f"unknown key {key!r} for hpengine report{closest(key, keys)}; hpengine report "
+                              f"--help lists its keys (got {arg!r})")
 
 
 def _report_command(args: list, debug: bool) -> None:
     from hpengine.jobs import report_main
 
+    _check_report_keys(args)
     report_main(args)
 
 
 def _grag_build_command(args: list, debug: bool) -> None:
-    """``hpengine grag-build INDEX [key=value ...]``: :func:`hpengine.pipeline.grag_build.main` (its
-    own checks, one-line errors and exit statuses); ``debug=true`` asks it for tracebacks."""
+    """``hpengine grag-build IDX [key=value ...]``: :func:`hpengine.jobs.grag_build.main` (its own
+    checks, one-line errors and exit statuses) once every key is known; ``debug=true`` asks it for
+    tracebacks."""
     from hpengine.jobs import grag_build
 
+    args = _with_positional_index("grag-build", args)
+    check_overrides("grag-build", args)
+    index = [a.split("=", 1)[1] for a in args if a.startswith("index=")]
+    args = index + [a for a in args if not a.startswith("index=")]  # grag_build.main takes IDX first
     saved = os.environ.get("HPENGINE_DEBUG")
     if debug:
         os.environ["HPENGINE_DEBUG"] = "1"
@@ -434,49 +487,88 @@ def _grag_build_command(args: list, debug: bool) -> None:
         raise SystemExit(status)
 
 
-def _grag_build_usage() -> str:
-    from hpengine.config import GragBuildConfig
-
-    _, how, notes = COMMANDS["grag-build"]
-    keys = [f"{f.name}={f.default}" for f in dataclasses.fields(GragBuildConfig) if f.name != "build"]
-    return "\n".join([f"usage: {how}", *_wrap(notes.split("; keys:")[0], 2), "keys (GragBuildConfig, defaults):",
-                      *_wrap(" ".join([*keys, "lock_timeout=SECONDS"]), 2),
-                      "debug=true shows the traceback of an error."])
-
-
 #: the commands that compose a config: their tasks
 _TASKS = {"index": _index_task, "add": _add_task, "delete": _edit_task_for("delete"),
           "update": _edit_task_for("update"), "eval": _eval_task, "demo": _demo_task}
 #: the commands that read their own arguments
 _PLAIN = {"report": _report_command, "grag-build": _grag_build_command}
 
-
+_ATOMIC = "index saves are atomic, so the index folder holds"
 #: what an interrupted command leaves behind (every write of the jobs is atomic: a temporary file
-#: or generation, then one os.replace)
+#: or generation, then one os.replace), and whether the same command may simply run again
 _KEPT = {
-    "index": "index saves are atomic, so out= holds what it held before or the complete new index",
-    "add": "index saves are atomic, so out= holds the index as it was or with all the new passages",
-    "delete": "index saves are atomic, so out= holds the index as it was or without all the passages named",
-    "update": "index saves are atomic, so out= holds the index as it was or with all the new texts",
-    "demo": "index saves are atomic, so the demo's index folder holds what it held before or the complete index",
+    "index": f"{_ATOMIC} what it held before or the complete new index; rerun the same command to resume from "
+             "the finished shards",
+    "add": f"{_ATOMIC} the index as it was or with all the new passages; the same command is safe to rerun (it "
+           "skips passages already present)",
+    "delete": f"{_ATOMIC} the index as it was or without all the passages named; the same command is safe to rerun "
+              "(a title or record that is gone is not taken again)",
+    "update": f"{_ATOMIC} the index as it was or with all the new texts; the same command is safe to rerun",
+    "demo": f"{_ATOMIC} what it held before or the complete index; the same command is safe to rerun",
     "ask": "ask writes nothing; the index is unchanged",
-    "eval": "output= is written whole at the end, so it holds its old content or all the results; "
-            "eval.checkpoint=FILE keeps finished batches, and a rerun resumes from them",
+    "eval": "output= is written whole at the end, so it holds its old content or all the results; the same command "
+            "is safe to rerun (with eval.checkpoint=FILE a rerun resumes from the finished batches)",
 }
 
 
+def _given(args: list, key: str) -> str | None:
+    """The last value of ``key=`` in ``args`` (``+key=`` too), else None."""
+    found = [a.split("=", 1)[1] for a in args if re.match(rf"(?:\+\+|\+)?{re.escape(key)}=", a)]
+    return found[-1] if found else None
+
+
+def _kept(command: str, args: list) -> str:
+    """What an interrupted ``command`` with ``args`` kept, and whether it is safe to rerun as it is."""
+    checkpoint = _given(args, "eval.checkpoint")
+    if command == "eval" and checkpoint:
+        return f"the eval checkpoint {checkpoint} keeps the finished batches; rerun the same command to resume"
+    if command == "delete" and _given(args, "ids") not in (None, "", "null"):
+        kept = f"{_ATOMIC} the index as it was or without all the passages named"
+        if _given(args, "expect_generation") not in (None, "", "null"):
+            return f"{kept}; the same command is safe to rerun (expect_generation= refuses it once the delete is done)"
+        return (f"{kept}; do NOT rerun the same command as it is: ids= are positions, and if the delete finished "
+                "they now name other passages (add expect_generation=N, the generation you saw, to make a rerun safe)")
+    return _KEPT.get(command, "nothing was written")
+
+
 def _interrupted(command: str, args: list, debug: bool) -> None:
-    """Ctrl-C: one line saying what was kept, exit status 130 (``debug``: the traceback)."""
+    """Ctrl-C: one line saying what was kept and whether the same command may run again, exit
+    status 130 (``debug``: the traceback)."""
     if debug:
         raise
-    checkpoint = [a.split("=", 1)[1] for a in args if re.match(r"(?:\+\+|\+)?eval\.checkpoint=", a)]
-    kept = _KEPT.get(command, "nothing was written")
-    if command == "eval" and checkpoint and checkpoint[-1]:
-        kept = f"the eval checkpoint {checkpoint[-1]} keeps the finished batches; rerun the same command to resume"
     for bar in list(getattr(getattr(sys.modules.get("tqdm.std"), "tqdm", None), "_instances", ())):
         bar.close()  # ends the progress-bar line the interrupt left open
-    print(f"hpengine: interrupted; {kept}", file=sys.stderr)
+    print(f"hpengine: interrupted; {_kept(command, args)}", file=sys.stderr)
     raise SystemExit(130)
+
+
+def _help(command: str, args: list) -> str:
+    """``hpengine COMMAND --help [retriever=METHOD]``."""
+    from hpengine.config import method_configs
+
+    method = method_of(command, args) if COMMANDS[command].conf in ("eval", "demo") else None
+    return command_help(command, method if method in method_configs() else None)
+
+
+def _composed_args(command: str, rest: list) -> tuple:
+    """``(task, overrides, options)`` of a command that composes a config, every key checked."""
+    if command == "ask":
+        index_dir, question, rest = split_ask_args(rest, _ask_keys())
+        task = _ask_task_for(index_dir, question)
+        rest, options = _split_cli_options(command, rest)
+    else:
+        task = _TASKS[command]
+        rest, options = _split_cli_options(command, rest)
+        rest = _with_positional_index(command, rest)
+    check_overrides(command, rest)
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # torchrun: importing hpengine.distributed loads torch
+        from hpengine.distributed import check_torchrun_command
+
+        check_torchrun_command(command)  # under torchrun only eval and index shard their work
+    rest = [escape_interpolation(a) for a in rest]  # a value given here is text, never an interpolation
+    if _CONFIG_OF[command] in ("eval", "demo"):  # documented shortcut: retriever=NAME for engine=NAME
+        rest = [re.sub(r"^(\+\+|\+)?retriever=", r"\1engine=", a) for a in rest]
+    return task, rest, options
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -490,36 +582,25 @@ def main(argv: list[str] | None = None) -> None:
     before_dashes = rest[: rest.index("--")] if "--" in rest else rest
     debug = _debug_from_env() or any(a.lower() in {f"debug={v}" for v in _TRUE} for a in before_dashes)
     if command not in COMMANDS:
-        _fail(_user_error(f"unknown command: choose one of {', '.join(sorted(COMMANDS))}; hpengine --help shows "
-                          f"their usage (got {command!r})"), debug)
-    if command in ("ask", "grag-build") and len(rest) == 1 and rest[0] in _HELP:
-        print(_grag_build_usage() if command == "grag-build" else
-              "\n".join([f"usage: {COMMANDS['ask'][1]}", *_wrap(COMMANDS["ask"][2], 2)]))
+        _fail(_user_error(f"unknown command{closest(command, COMMANDS)}: choose one of {', '.join(sorted(COMMANDS))}; "
+                          f"hpengine --help shows their usage (got {command!r})"), debug)
+    if any(a in _HELP for a in before_dashes):
+        print(_help(command, before_dashes))
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        if command == "report":  # its run files and keys; report_main reads debug= itself
+            return _report_command(rest, debug)
         if command == "grag-build":
             rest, options = _split_cli_options(command, rest)
-            debug = debug or options.get("debug", False)
-        if command in _PLAIN:  # nothing to compose
-            return _PLAIN[command](rest, debug)
+            return _grag_build_command(rest, debug or options.get("debug", False))
+        task, rest, options = _composed_args(command, rest)
+        debug = debug or options.get("debug", False)
         from hpengine.config import register_configs
 
         register_configs()  # the schemas, and engine/<name> for every method config class
-        if command == "ask":
-            index_dir, question, rest = split_ask_args(rest, _ask_keys())
-            task = _ask_task_for(index_dir, question)
-        else:
-            task = _TASKS[command]
         config_name = _CONFIG_OF[command]
-        rest, options = _split_cli_options(command, rest)
-        from hpengine.distributed import check_torchrun_command
-
-        check_torchrun_command(command)  # under torchrun only eval and index shard their work
-        debug = debug or options.get("debug", False)
-        if config_name in ("eval", "demo"):  # documented shortcut: retriever=NAME for engine=NAME
-            rest = [("engine=" + a.split("=", 1)[1]) if a.startswith("retriever=") else a for a in rest]
         hydra_flags = command != "ask" and any(a.startswith("-") for a in rest)
         if not hydra_flags:  # compose and run here: every error is ours to report
             cfg = _compose(config_name, rest)

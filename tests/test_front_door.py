@@ -110,7 +110,7 @@ def test_grag_build_is_a_command(tmp_path, capsys):
 
     main(["grag-build", "--help"])
     out = capsys.readouterr().out
-    assert out.startswith("usage: hpengine grag-build INDEX") and "louvain_seed=" in out
+    assert out.startswith("usage: hpengine grag-build IDX") and "louvain_seed=" in out
     with pytest.raises(SystemExit) as exc:
         main(["grag-build", str(tmp_path / "nowhere")])
     err = capsys.readouterr().err.strip()

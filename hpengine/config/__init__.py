@@ -11,7 +11,8 @@ from hpengine.config._schemas import (
 from hpengine.config._engine import (DenseConfig, EngineConfig, FusionConfig, GragConfig, HyperProveConfig, PPRConfig,
                                      method_configs)
 from hpengine.config._grag import GragBuildConfig
-from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig
+from hpengine.config._help import Key, config_keys, doc_summary, field_doc, format_value
+from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig, ReportConfig
 from hpengine.config._store import register_configs
 
 __all__ = [
@@ -29,9 +30,15 @@ __all__ = [
     "GraphConfig",
     "HyperProveConfig",
     "IndexConfig",
+    "Key",
     "ModelConfig",
     "PPRConfig",
+    "ReportConfig",
     "RetrievalConfig",
+    "config_keys",
+    "doc_summary",
+    "field_doc",
+    "format_value",
     "method_configs",
     "register_configs",
 ]

@@ -80,7 +80,7 @@ def field_doc(cls: type, name: str) -> str:
     return ""
 
 
-def summary(doc: str) -> str:
+def doc_summary(doc: str) -> str:
     """The first sentence of a doc: what ``--help`` prints on one line."""
     m = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.(\s|$)", doc)
     return doc[: m.start()] if m else doc

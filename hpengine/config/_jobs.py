@@ -114,3 +114,18 @@ def _listed(key: str, value, kind: type) -> list | None:
                 else "an id or a list of ids such as [3,7]")
         raise ValueError(f"{key}= must be {what} (got {bad[0]!r}; quote a title Hydra reads as another type)")
     return values
+
+
+@dataclass
+class ReportConfig:
+    """``hpengine report RUN.json [RUN2.json ...] [key=value ...]``: one HTML page comparing the
+    per-question records of eval runs over the same questions."""
+
+    #: The page written (empty: the first run file's path with .html).
+    out: str = ""
+    #: Labels of the runs, comma-separated (empty: each run's method, and LLM when it has one).
+    names: str = ""
+    #: The runs' question file (empty: the first run's own questions= file).
+    questions: str = ""
+    #: Title of the page.
+    title: str = "hpengine evaluation report"

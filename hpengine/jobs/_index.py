@@ -138,8 +138,8 @@ def run_add(cfg: IndexConfig, *, progress: bool = True, loaded=None):
     check_index_dir(cfg.out, "out")
     loaded = load_index_corpus(cfg, "add", loaded)
     check_writable(cfg.out, "out")
-    encoder = make_encoder(cfg.encoder)
     with IndexStore(cfg.out).writer(timeout=cfg.lock_timeout, command="hpengine add") as writer:
+        encoder = make_encoder(cfg.encoder)  # after the lock: a locked or read-only index is refused at once
         index = Index.load(cfg.out, device=cfg.device, expected_encoder=encoder.name)  # the latest, under the lock
         extractor = make_extractor(cfg.extractor, IndexStore(cfg.out))
         index, report = add_passages(index, loaded.passages, extractor=extractor, encoder=encoder,

@@ -56,10 +56,12 @@ def test_index_builtin_with_grag_parts_eval_grag_then_add_and_rebuild(tmp_path, 
     assert "communities" in capsys.readouterr().out and Index.load(out).grag is not None
 
 
-def test_misspelled_key_fails_at_compose(tmp_path, capsys):
+def test_misspelled_key_names_the_closest_before_compose(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["index", f"out={tmp_path / 'x'}", "graph.synonym_treshold=0.5"])
-    assert "Key 'synonym_treshold' not in 'GraphConfig'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown key 'graph.synonym_treshold'" in err and "did you mean graph.synonym_threshold?" in err
+    assert err.count("\n") == 1 and not (tmp_path / "x").exists()
 
 
 def test_bad_corpus_names_file_and_record(tmp_path, capsys):
@@ -75,5 +77,6 @@ def test_bad_corpus_names_file_and_record(tmp_path, capsys):
 def test_ask_usage_names_its_question_forms(capsys):
     main(["ask", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # unwrapped
-    assert out.startswith('usage: hpengine ask INDEX "question"|-|questions=FILE')
-    assert "one question per line from stdin" in out and "not an answer" in out
+    assert out.startswith('usage: hpengine ask IDX ["question" | - | questions=FILE]')
+    assert "one question per line of stdin" in out and "not an answer" in out
+    assert "from the terminal one at a time" in out
