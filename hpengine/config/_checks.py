@@ -13,7 +13,7 @@ import math
 
 # Maxima of the int size settings, each named in its field's comment. A value above one runs for
 # minutes or allocates more memory than any machine has before it could fail; none is near a
-# useful value (the dev sweeps in docs/results.md use a tenth or less of each).
+# useful value (the dev-set defaults and sweeps use a tenth or less of each).
 MAX_BATCH = 65_536  # items per batch: texts per forward pass, prompts per generate call, questions per eval batch
 MAX_TOKENS = 131_072  # a token length: input or generated tokens (the longest LLM context windows, 128 Ki)
 MAX_BATCH_TOKENS = 16_777_216  # padded tokens of one forward pass (2^24)

@@ -118,7 +118,7 @@ class HyperProveConfig(EngineConfig):
     #: LLM mode: so does one naming an earlier hop's answer.
     #: ... and, when on, a sub-question that names an earlier hop's answer ("What is the average
     #: snowfall in Seattle?" after hop 1 answered "Seattle"). Off: measured without EM gain and with
-    #: a recall loss (docs/results.md)
+    #: a recall loss on the dev sets
     answers_anchor: bool = False
     #: Rank the passages titled with a hop's bridges after its facts.
     link_bridge_passages: bool = True  #: rank the passages titled with a hop's bridges (answers) after its facts
@@ -144,7 +144,7 @@ class HyperProveConfig(EngineConfig):
 class PPRConfig(EngineConfig):
     """Hypergraph personalised PageRank (docs/methods/ppr.md; HippoRAG's core): the entities the
     question names seed a PPR over the entity-fact-passage star graph; passages rank by the mass
-    that reaches them. Defaults from the dev sweep (docs/results.md)."""
+    that reaches them. Defaults from the dev sweep (current numbers: docs/results.md)."""
 
     method: ClassVar[str] = "ppr"
 
@@ -227,8 +227,8 @@ class GragConfig(EngineConfig):
     """GRAG-MH (docs/methods/grag.md): seeds over entity and summary nodes, decayed k-hop expansion,
     candidate passages reranked with a diversity penalty; with an LLM, tree decomposition over
     ``paths`` reasoning paths and a self-consistency vote. n, k, lambda and tau are the paper's;
-    mu, ``dense_candidates``, ``graph_weight`` and ``fact_weight`` come from the dev sweep in
-    docs/results.md (the paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
+    mu, ``dense_candidates``, ``graph_weight`` and ``fact_weight`` come from the dev sweep
+    (the paper's mu = 0.5 is tuned for a cross-encoder's scores; on bi-encoder cosines it pushes
     relevant passages out). ``paths`` and ``max_depth`` are not given there. Needs the index's
     GRAG parts (``hpengine index ... grag.build=true`` or ``hpengine grag-build INDEX``)."""
 
@@ -271,7 +271,7 @@ class GragConfig(EngineConfig):
     final_with_question: bool = False  #: the question's own top passages are the first list of that round-robin
     #: LLM mode: final reads that see the path's steps: always, comparisons or never.
     #: the final read sees the path's (sub-question, answer) pairs (modes: EngineConfig); "always" here, as
-    #: "comparisons" lost F1 on the HotpotQA replay (docs/results.md, "Other final reads")
+    #: "comparisons" lost F1 on a replay of the HotpotQA dev questions
     final_with_steps: str = "always"
     #: LLM mode: the final read leaves out steps that re-ask the question.
     #: the final read does not show a path's steps that re-ask the question (``restate_f1``) when it
@@ -279,7 +279,7 @@ class GragConfig(EngineConfig):
     final_skip_restated: bool = True
     #: LLM mode: the planner's prompt shows worked examples.
     #: the planner's prompt shows worked examples; false: the instruction alone (~2.6x fewer planner
-    #: prompt tokens; F1 and EM on HotpotQA in docs/results.md, "The planner's worked examples")
+    #: prompt tokens, and lower F1 and EM on the HotpotQA dev questions)
     planner_examples: bool = True
     #: A sub-question re-asks the question when its word F1 with it is at least this.
     #: a sub-question re-asks the question when its word F1 with it is at least this
@@ -291,8 +291,7 @@ class GragConfig(EngineConfig):
     #: Sampling temperature of the paths after the greedy ones.
     #: paths numbered greedy_paths and up sample their sub-questions at this temperature (0: every
     #: path greedy; distinct prompts alone then make the paths differ). Greedy copies of one path vote
-    #: alike; two sampled paths beside the three greedy ones raised HotpotQA's F1 (docs/results.md,
-    #: "Sampled paths in the self-consistency vote"); >= 0
+    #: alike; two sampled paths beside the three greedy ones raised F1 on the HotpotQA dev questions; >= 0
     path_temperature: float = 0.7
     #: Paths decoded greedily.
     greedy_paths: int = 3  #: the first paths decode greedily, each with its own strategy hint

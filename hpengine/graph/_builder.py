@@ -267,7 +267,7 @@ def build_index_sharded(passages: list, *, extractor, encoder, shard_folder, sha
                         progress: bool = False, meta: dict | None = None, settings: dict | None = None,
                         my_shards=None, merge: bool = True):
     """:func:`build_index` streamed through shards of ``shard_size`` passages
-    (docs/scale.md#streaming-build): each shard is extracted, its facts and passages embedded and
+    (docs/guides/index.md#the-streaming-build): each shard is extracted, its facts and passages embedded and
     written to ``shard_folder`` (:class:`~hpengine.graph._shards.ShardFolder`), so the work in flight
     is one shard's; shards finished by an earlier run of the same build are not redone. The merge
     then numbers facts and entities in passage order, embeds the entity names and builds synonyms

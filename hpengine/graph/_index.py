@@ -110,7 +110,7 @@ class Index:
     def graph(self) -> HyperGraph:
         """The hypergraph over the synonym-expanded incidence (built once, cached), kept as the
         extracted pairs and the synonym pairs: the expansion adds ``deg(e) * |Syn(e)|`` incidences
-        per entity, which grows faster than the corpus (docs/scale.md)."""
+        per entity, which grows faster than the corpus (docs/methods/index.md#the-expanded-incidence-as-factors)."""
         if self._graph is None:
             self._graph = HyperGraph.from_incidence(self.fact_entity_raw, self.fact_passage, self.num_entities,
                                                     self.num_passages, synonyms=self.synonyms)

@@ -1,4 +1,4 @@
-"""The shards of a streaming index build (docs/scale.md#streaming-build).
+"""The shards of a streaming index build (docs/guides/index.md#the-streaming-build).
 
 A build cuts the corpus into shards of ``shard_size`` passages. Each shard is extracted and its
 facts and passages embedded, then written to the build folder and dropped from memory, so the work

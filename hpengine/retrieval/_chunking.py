@@ -16,7 +16,7 @@ PAIR_SLICE = 1 << 18
 
 #: the share of a CUDA device's free memory that a chunk may use when the budget is left to the
 #: device (0): on an H200, a 16 GiB budget ran the 1M-fact hop 1.6x faster at Q = 1,024 than the
-#: CPU's 2 GiB (docs/results.md, "First CUDA run")
+#: CPU's 2 GiB (docs/guides/gpu.md)
 CUDA_FREE_SHARE = 0.125
 #: the budgets (MiB) on the CPU when the config leaves them to the device: a hop's chunk, a PPR chunk
 HOP_BUDGET_MB = 2048
