@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpengine.config import (DemoJobConfig, EditJobConfig, EvalJobConfig, GragBuildConfig, IndexConfig, Key,
-                             ReportConfig, config_keys, doc_summary, format_value, method_configs)
+                             ReportConfig, config_keys, doc_summary, field_doc, format_value, method_configs)
 
 WIDTH = 100
 
@@ -385,7 +385,14 @@ def _class_summary(config_class: type) -> str:
 
 # --------------------------------------------------------------- reference
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("``", "`").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_doc(doc: str) -> str:
+    """A field's doc for a table cell: its summary sentence, then the rest as a sentence of its own."""
+    head = doc_summary(doc)
+    rest = doc[len(head):].lstrip(". ")
+    return _md(f"{head}." + (f" {rest[0].upper()}{rest[1:]}" if rest else "")) if head else ""
 
 
 def _md_value(value) -> str:
@@ -422,11 +429,18 @@ def reference_cli() -> str:
 
 
 def _config_table(cls: type, prefix: str, shared: set = frozenset()) -> list:
+    """The fields of ``cls`` as a table (not those in ``shared``; a nested dataclass as one row)."""
     rows = ["| key | default | description |", "|---|---|---|"]
-    for key in config_keys(cls, prefix):
-        if key.name[len(prefix):] in shared:
+    for f in dataclasses.fields(cls):
+        if f.name in shared:
             continue
-        rows.append(f"| `{key.name}` | {_md_value(key.default)} | {_md(key.doc)} |")
+        (key,) = [k for k in config_keys(cls, prefix) if k.name == prefix + f.name] or [None]
+        if key is None:  # a nested dataclass: its own table says what it holds
+            nested = type(getattr(cls(), f.name)).__name__
+            rows.append(f"| `{prefix}{f.name}.*` | | {_md(field_doc(cls, f.name) or 'The settings of ' + nested)} "
+                        f"({nested}) |")
+            continue
+        rows.append(f"| `{key.name}` | {_md_value(key.default)} | {_md_doc(key.doc)} |")
     return rows
 
 
