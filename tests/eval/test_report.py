@@ -284,7 +284,8 @@ def test_bad_run_files_give_one_line(tmp_path, capsys, content, expected):
     ([], "usage: hpengine report"),
     (["missing.json"], "run file missing.json does not exist"),
     (["out=x.html"], "no run files given"),
-    (["a.json", "colour=red"], "unknown option colour= (choose from out=, names=, questions=, title=, debug=)"),
+    (["a.json", "colour=red"], "unknown key 'colour' for hpengine report"),
+    (["a.json", "titel=x"], "unknown key 'titel' for hpengine report (did you mean title?)"),
     (["a.json", "debug=maybe"], "debug= must be true or false (got 'maybe')"),
 ])
 def test_bad_command_lines(argv, expected, capsys, tmp_path, monkeypatch):
