@@ -161,7 +161,7 @@ def add(path, corpus, *, progress: bool = False, **settings):
 
     Returns:
         the new :class:`~hpengine.graph.Index`; ``index.meta["add_reports"][-1]`` counts what
-        was added.
+        was added (``added_passages``) and what was already there (``skipped_known_passages``).
 
     Example:
         >>> import tempfile
