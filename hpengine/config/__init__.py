@@ -8,11 +8,11 @@ from hpengine.config._schemas import (
     ModelConfig,
     RetrievalConfig,
 )
-from hpengine.config._engine import (DenseConfig, EngineConfig, FusionConfig, GragConfig, HyperProveConfig, PPRConfig,
-                                     method_configs)
+from hpengine.config._engine import (DenseConfig, EngineConfig, FusionConfig, GragConfig, HyperProveConfig, LearnedConfig,
+                                     PPRConfig, method_configs)
 from hpengine.config._grag import GragBuildConfig
 from hpengine.config._help import Key, config_keys, doc_summary, field_doc, format_value
-from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig, ReportConfig
+from hpengine.config._jobs import DemoJobConfig, EditJobConfig, EvalJobConfig, ReportConfig, TrainJobConfig
 from hpengine.config._store import register_configs
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "EvalJobConfig",
     "ExtractorConfig",
     "FusionConfig",
+    "LearnedConfig",
     "GragBuildConfig",
     "GragConfig",
     "GraphConfig",
@@ -35,6 +36,7 @@ __all__ = [
     "PPRConfig",
     "ReportConfig",
     "RetrievalConfig",
+    "TrainJobConfig",
     "config_keys",
     "doc_summary",
     "field_doc",

@@ -474,6 +474,26 @@ class FusionConfig(EngineConfig):
         return DEFAULT_FUSION_WEIGHTS.get(member, 1.0)
 
 
+@dataclass
+class LearnedConfig(FusionConfig):
+    """Learned ranking (docs/methods/learned.md): the fusion's members run once, and a trained
+    ranker orders the passages of their lists from the engine's own signals (ranks in each list,
+    cosine to the question, named by the question, linked from the fused first passage)."""
+
+    method: ClassVar[str] = "learned"
+
+    #: Ranker file written by `hpengine train` (empty: the one shipped for the index's encoder).
+    ranker: str = ""
+    #: Passages of each member's list that are candidates (the fusion's lists stay engine.member_width).
+    candidate_width: int = 20
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.ranker, str):
+            raise TypeError(f"engine.ranker must be a path (got {self.ranker!r})")
+        _check_range("engine.candidate_width", self.candidate_width, 1, MAX_PASSAGES)
+
+
 def method_configs() -> dict:
     """``{method name: config class}`` of every defined :class:`EngineConfig` subclass that names
     its own ``method``: the methods the retriever registry finds by name

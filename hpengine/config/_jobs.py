@@ -129,3 +129,49 @@ class ReportConfig:
     questions: str = ""
     #: Title of the page.
     title: str = "hpengine evaluation report"
+
+
+@dataclass
+class TrainJobConfig:
+    """``hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] out=ranker.safetensors``: train the
+    learned method's ranker (docs/methods/learned.md) on the candidates of one or several indexes."""
+
+    #: Index folders, one per question file (the positional arguments).
+    index: Any = None
+    #: Question files with gold passages, one per index.
+    questions: Any = None
+    #: Ranker file written (safetensors: weights, feature schema, encoder, settings).
+    out: str = ""
+    #: Device for the encoder, the index and the training.
+    device: str = "cpu"
+    #: Width of the ranker's hidden layer (0: a linear ranker).
+    hidden: int = 32
+    #: Full-batch training steps (Adam).
+    epochs: int = 300
+    #: Adam learning rate.
+    lr: float = 0.01
+    #: Adam weight decay.
+    weight_decay: float = 1e-4
+    #: Share of each question file held out for validation (0: train on all).
+    holdout: float = 0.2
+    #: Seed of the held-out split and of the initial weights.
+    seed: int = 0
+    #: Passages of each member's list that are candidates.
+    candidate_width: int = 20
+    #: Questions encoded and retrieved together.
+    batch_size: int = 64
+    #: Questions read from each file at most (0: all).
+    max_questions: int = 0
+
+    def __post_init__(self):
+        _check_finite(self, "")
+        self.index = _listed("index", self.index, str) or []
+        self.questions = _listed("questions", self.questions, str) or []
+        _check_range("hidden", self.hidden, 0, 4096)
+        _check_range("epochs", self.epochs, 1, 1_000_000)
+        _check_range("lr", self.lr, 0.0, 10.0)
+        _check_range("weight_decay", self.weight_decay, 0.0, 10.0)
+        _check_range("holdout", self.holdout, 0.0, 0.9)
+        _check_range("candidate_width", self.candidate_width, 1, 1000)
+        _check_range("batch_size", self.batch_size, 1, 100_000)
+        _check_range("max_questions", self.max_questions, 0, 10_000_000)

@@ -12,6 +12,9 @@ subgraph, BFS, entity linking) runs under ``torch.no_grad`` and passes no gradie
   differentiable scores ``alpha * cos + (1 - alpha) * struct``).
 - :class:`DifferentiablePPR`: personalised PageRank from softmax/ReLU query-entity similarities,
   differentiable through the PageRank solve.
+- :class:`CandidateRanker`: scores candidate passages from the engine's features (the learned
+  method, ``retriever=learned``), with :func:`fit_ranker`, :func:`listwise_loss`, :func:`save_ranker`
+  and :func:`load_ranker`.
 
 They are not the engine's retrieval methods (``hpengine.pipeline.retrievers``: question text in,
 passages and answers out, PPR seeded from NER links, fact seeds and a passage reset).
@@ -21,6 +24,7 @@ from hpengine.nn._differentiable_dense import DifferentiableDense
 from hpengine.nn._differentiable_hop import DifferentiableHyperProveHop
 from hpengine.nn._differentiable_ppr import DifferentiablePPR
 from hpengine.nn._graph import GraphModule
+from hpengine.nn._ranker import CandidateRanker, fit_ranker, listwise_loss, load_ranker, save_ranker
 
-__all__ = ["DifferentiableDense", "DifferentiableHyperProveHop", "DifferentiablePPR", "GraphModule", "IndexModule",
-           "Retrieved"]
+__all__ = ["CandidateRanker", "DifferentiableDense", "DifferentiableHyperProveHop", "DifferentiablePPR", "GraphModule",
+           "IndexModule", "Retrieved", "fit_ranker", "listwise_loss", "load_ranker", "save_ranker"]

@@ -32,11 +32,22 @@ _EXPORTS = {
     "available_retrievers": "hpengine.pipeline.retrievers",
     "get_retriever": "hpengine.pipeline.retrievers",
     "register_retriever": "hpengine.pipeline.retrievers",
+    "RankerExamples": "hpengine.pipeline._learn",
+    "fusion_order": "hpengine.pipeline._learn",
+    "rank_candidates": "hpengine.pipeline._learn",
+    "ranker_examples": "hpengine.pipeline._learn",
+    "ranker_meta": "hpengine.pipeline._learn",
+    "recall_at": "hpengine.pipeline._learn",
+    "train_ranker": "hpengine.pipeline._learn",
+    "write_ranker": "hpengine.pipeline._learn",
+    "gold_passage_ids": "hpengine.pipeline._learn",
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
+    from hpengine.pipeline._learn import (RankerExamples, fusion_order, gold_passage_ids, rank_candidates,
+                                          ranker_examples, ranker_meta, recall_at, train_ranker, write_ranker)
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
                                          rewrite)
@@ -50,19 +61,28 @@ __all__ = [
     "HopRecord",
     "Prediction",
     "QASteps",
+    "RankerExamples",
     "Retrieved",
     "Retriever",
     "ScoredPassage",
     "available_retrievers",
     "choice_options",
     "finish",
+    "fusion_order",
     "get_retriever",
+    "gold_passage_ids",
     "is_comparison",
     "is_unknown",
     "names_shared",
+    "rank_candidates",
+    "ranker_examples",
+    "ranker_meta",
+    "recall_at",
     "register_retriever",
     "resolve_choice",
     "rewrite",
+    "train_ranker",
+    "write_ranker",
 ]
 
 

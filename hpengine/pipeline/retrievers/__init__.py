@@ -6,22 +6,27 @@ from hpengine.pipeline.retrievers._grag import (GragRetriever, GragSearch, final
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
 from hpengine.pipeline.retrievers._ppr import PPRRetriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever  # after the methods it composes
+from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever, default_ranker_path, resolve_ranker
 
 __all__ = [
     "ChainState",
     "DenseRetriever",
+    "FEATURES",
     "FusionRetriever",
     "GragRetriever",
     "GragSearch",
     "HyperProveRetriever",
+    "LearnedRetriever",
     "PPRRetriever",
     "Retriever",
     "available_retrievers",
+    "default_ranker_path",
     "final_read_passages",
     "final_read_steps",
     "get_retriever",
     "path_read_passages",
     "path_stops",
     "register_retriever",
+    "resolve_ranker",
     "self_consistency_vote",
 ]

@@ -1,0 +1,112 @@
+"""The ``train`` job: the learned method's ranker trained on the candidates of one or several
+indexes and their question files (docs/methods/learned.md), validated on a held-out share of each
+file, written as one safetensors file."""
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+
+from hpengine.config import EvalJobConfig, LearnedConfig, TrainJobConfig
+from hpengine.errors import UserError
+from hpengine.jobs._eval import make_engine
+from hpengine.jobs._paths import check_index_dir, check_output_file, peek_index_meta
+
+
+def _check(cfg: TrainJobConfig) -> str:
+    """Every check that needs no model; returns the indexes' one encoder."""
+    if not cfg.index:
+        raise UserError("train needs at least one index: hpengine train IDX questions=FILE out=ranker.safetensors "
+                        "(got none)")
+    if len(cfg.questions) != len(cfg.index):
+        raise UserError(f"train needs one questions= file per index (got {len(cfg.index)} indexes and "
+                        f"{len(cfg.questions)} question files)")
+    if not cfg.out:
+        raise UserError("train needs out=FILE, the ranker file to write (got no out=)")
+    check_output_file(cfg.out, "out")
+    encoders = {}
+    for path in cfg.index:
+        check_index_dir(path, "index")
+        encoders[path] = str((peek_index_meta(path) or {}).get("encoder", ""))
+    (a, ea), *rest = encoders.items()
+    for b, eb in rest:
+        if eb != ea:
+            raise UserError(f"a ranker is trained for one encoder: index {a!r} uses {ea!r} and index {b!r} uses {eb!r}")
+    return ea
+
+
+def _questions(cfg: TrainJobConfig) -> list:
+    from hpengine.eval import load_questions
+
+    out = []
+    for path in cfg.questions:
+        qs = load_questions(path)
+        qs = qs[: cfg.max_questions] if cfg.max_questions else qs
+        if not any(q.gold_passages for q in qs):
+            raise UserError(f"questions={path!r} has no gold passages to train on (got {len(qs)} questions)")
+        out.append(qs)
+    return out
+
+
+def _split(n: int, share: float, seed: int) -> tuple[list, list]:
+    rows = list(range(n))
+    random.Random(seed).shuffle(rows)
+    held = sorted(rows[: round(n * share)])
+    return sorted(rows[round(n * share):]), held
+
+
+def run_train(cfg: TrainJobConfig, *, progress: bool = True) -> dict:
+    """Train and write a ranker; returns the report (questions, held-out recall of the ranker and of
+    the fusion on the same candidates, loss).
+
+    Raises:
+        UserError: no index, unpaired question files, indexes of different encoders, a question file
+            without gold passages, an unwritable ``out``; all before any model loads.
+    """
+    from hpengine.pipeline import (RankerExamples, fusion_order, rank_candidates, ranker_examples, ranker_meta,
+                                   recall_at, train_ranker, write_ranker)
+
+    encoder = _check(cfg)
+    question_sets = _questions(cfg)
+    train_parts, held_parts, engine = [], [], None
+    for path, qs in zip(cfg.index, question_sets):
+        job = EvalJobConfig(index=path, device=cfg.device, engine=LearnedConfig(candidate_width=cfg.candidate_width))
+        engine = make_engine(job)
+        say = (lambda done, total, p=path: print(f"\r{p}: candidates of {done}/{total} questions", end="",
+                                                 file=sys.stderr)) if progress else None
+        examples = ranker_examples(engine, qs, batch_size=cfg.batch_size, progress=say)
+        if progress:
+            print(file=sys.stderr)
+        train_rows, held_rows = _split(len(examples), cfg.holdout, cfg.seed)
+        train_parts.append(examples.subset(train_rows))
+        if held_rows:
+            held_parts.append(examples.subset(held_rows))
+    train = RankerExamples.concat(train_parts)
+    losses = []
+    log = (lambda epoch, loss: (losses.append(loss), print(f"epoch {epoch}: loss {loss:.4f}", file=sys.stderr))) \
+        if progress else (lambda epoch, loss: losses.append(loss))
+    model = train_ranker(train, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                         seed=cfg.seed, log=log)
+    report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0]}
+    if held_parts:
+        held = RankerExamples.concat(held_parts)
+        mine, base = rank_candidates(model, held), fusion_order(held)
+        report.update(held_questions=len(held), **{f"held_recall@{k}": round(recall_at(mine, held, k), 4)
+                                                  for k in (2, 5)},
+                      **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)})
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
+                                                                         "holdout", "seed")}
+    write_ranker(model, cfg.out, ranker_meta(engine, train, **settings, report=report))
+    return report
+
+
+def format_train_report(report: dict, out: str) -> str:
+    """Human-readable report of a training run."""
+    lines = [f"ranker written to {out} (encoder {report['encoder']})",
+             f"  trained on {report['train_questions']} questions: loss {report['first_loss']:.4f} -> "
+             f"{report['loss']:.4f}"]
+    if "held_questions" in report:
+        lines.append(f"  held out {report['held_questions']} questions: R@2 {report['held_recall@2']:.3f} / R@5 "
+                     f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
+                     f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
+    return "\n".join(lines)

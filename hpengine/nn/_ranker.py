@@ -1,0 +1,154 @@
+"""A learned ranker over the engine's own signals (docs/methods/learned.md): each candidate passage
+of a question is scored from a feature vector (its ranks in the members' lists, its cosine to the
+question, whether the question names it, whether the fused first passage links to it, ...) by a
+linear term plus a small MLP, and trained listwise on the gold passages.
+
+The weights are saved as safetensors with the feature schema, the encoder and the settings they
+need in its metadata (no pickle); :func:`load_ranker` refuses a file whose schema differs.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from torch import Tensor
+
+RANKER_FORMAT = "hpengine-ranker"
+RANKER_VERSION = 1
+
+
+class CandidateRanker(torch.nn.Module):
+    """Scores ``C`` candidates of each of ``Q`` questions from ``F`` features each.
+
+    ``score = w·z + mlp(z)`` with ``z`` the features standardised by the training set's mean and
+    spread (buffers saved with the weights); ``hidden=0`` is the linear model alone.
+
+    Args:
+        num_features: F.
+        hidden: width of the MLP's hidden layer (default 32; 0: linear only).
+
+    Shapes:
+        forward: features float ``[Q, C, F]``, valid bool ``[Q, C]`` -> scores float32 ``[Q, C]``
+        (``-inf`` where not valid).
+
+    Example:
+        >>> r = CandidateRanker(3, hidden=0)
+        >>> r(torch.zeros(2, 4, 3), torch.tensor([[True] * 4, [True, True, False, False]])).shape
+        torch.Size([2, 4])
+    """
+
+    def __init__(self, num_features: int, hidden: int = 32):
+        super().__init__()
+        if num_features < 1 or hidden < 0:
+            raise ValueError(f"CandidateRanker needs num_features >= 1 and hidden >= 0 (got {num_features}, {hidden})")
+        self.num_features, self.hidden = num_features, hidden
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("scale", torch.ones(num_features))
+        self.linear = torch.nn.Linear(num_features, 1)
+        self.mlp = (torch.nn.Sequential(torch.nn.Linear(num_features, hidden), torch.nn.ReLU(),
+                                        torch.nn.Linear(hidden, 1)) if hidden else None)
+
+    def fit_scaling(self, features: Tensor, valid: Tensor) -> None:
+        """Set the standardisation from the valid candidates of ``features`` ``[N, C, F]``."""
+        rows = features[valid].float()
+        self.mean.copy_(rows.mean(0) if len(rows) else torch.zeros_like(self.mean))
+        self.scale.copy_(rows.std(0).clamp_min(1e-6) if len(rows) > 1 else torch.ones_like(self.scale))
+
+    def forward(self, features: Tensor, valid: Tensor) -> Tensor:
+        if features.dim() != 3 or features.shape[-1] != self.num_features:
+            raise ValueError(f"features must be [Q, C, {self.num_features}] (got {tuple(features.shape)})")
+        z = (features.float() - self.mean) / self.scale
+        score = self.linear(z).squeeze(-1)
+        if self.mlp is not None:
+            score = score + self.mlp(z).squeeze(-1)
+        return score.masked_fill(~valid, float("-inf"))
+
+
+def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
+    """Mean over the questions with a gold candidate of ``-log`` of the softmax mass on the gold
+    candidates (questions without one add nothing).
+
+    Shapes:
+        scores float ``[Q, C]`` (``-inf`` where not valid), gold and valid bool ``[Q, C]`` -> scalar.
+
+    Example:
+        >>> s = torch.tensor([[2.0, 0.0, float("-inf")]])
+        >>> round(float(listwise_loss(s, torch.tensor([[True, False, False]]), torch.tensor([[True, True, False]]))), 4)
+        0.1269
+    """
+    gold = gold & valid
+    has = gold.any(1)
+    if not bool(has.any()):
+        return scores.sum() * 0.0
+    on_gold = torch.logsumexp(scores.masked_fill(~gold, float("-inf")), dim=1)
+    on_all = torch.logsumexp(scores, dim=1)
+    return (on_all - on_gold)[has].mean()
+
+
+def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 32, epochs: int = 300,
+               lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, log=None) -> CandidateRanker:
+    """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss.
+
+    Args:
+        features: float ``[N, C, F]``; gold, valid: bool ``[N, C]``.
+        log: ``(epoch, loss) -> None`` called every 50 epochs and at the end (progress).
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = torch.randn(64, 6, 2, generator=g); gold = x[..., 0] == x[..., 0].amax(1, keepdim=True)
+        >>> r = fit_ranker(x, gold, torch.ones(64, 6, dtype=torch.bool), hidden=0, epochs=100)
+        >>> bool((r(x, torch.ones(64, 6, dtype=torch.bool)).argmax(1) == x[..., 0].argmax(1)).float().mean() > 0.9)
+        True
+    """
+    torch.manual_seed(seed)
+    model = CandidateRanker(features.shape[-1], hidden)
+    model.fit_scaling(features, valid)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    for epoch in range(epochs):
+        opt.zero_grad()
+        loss = listwise_loss(model(features, valid), gold, valid)
+        loss.backward()
+        opt.step()
+        if log is not None and (epoch % 50 == 0 or epoch == epochs - 1):
+            log(epoch, float(loss.detach()))
+    return model.eval()
+
+
+def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> None:
+    """Write the weights and ``meta`` (feature names, encoder, settings) to ``path`` (safetensors)."""
+    from safetensors.torch import save_file
+
+    header = {"format": RANKER_FORMAT, "format_version": RANKER_VERSION, "hidden": model.hidden,
+              "num_features": model.num_features, **meta}
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    save_file(tensors, tmp, metadata={"hpengine": json.dumps(header)})
+    os.replace(tmp, path)
+
+
+def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
+    """``(model, meta)`` of a ranker file written by :func:`save_ranker`.
+
+    Raises:
+        ValueError: not a ranker file of this version (one line naming it).
+    """
+    from safetensors import safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="pt") as f:
+            header = json.loads((f.metadata() or {}).get("hpengine", "{}"))
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # safetensors raises its own types for a damaged file
+        raise ValueError(f"{path}: not a ranker file ({str(exc).splitlines()[0][:120]})") from None
+    if header.get("format") != RANKER_FORMAT or header.get("format_version") != RANKER_VERSION:
+        raise ValueError(f"{path}: not a {RANKER_FORMAT} file of version {RANKER_VERSION} "
+                         f"(got {header.get('format')!r} {header.get('format_version')!r})")
+    model = CandidateRanker(int(header["num_features"]), int(header["hidden"]))
+    try:
+        model.load_state_dict(tensors)
+    except RuntimeError as exc:
+        raise ValueError(f"{path}: weights do not fit the ranker it describes ({str(exc).splitlines()[0][:120]})") from None
+    return model.eval(), header

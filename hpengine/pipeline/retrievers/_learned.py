@@ -1,0 +1,176 @@
+"""Learned ranking (docs/methods/learned.md): the fusion's members run once on the batch, their
+lists (and the fusion's own rankings) give each question a set of candidate passages with features
+the engine already computes, and a trained :class:`~hpengine.nn.CandidateRanker` orders them.
+
+Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
+
+- for each list (dense, HyperProve, PPR: ``candidate_width`` deep; the fusion's rule and its final
+  ranking: ``passage_width``): ``1 / (1 + rank)`` in it (0 when absent) and whether it is there;
+- its cosine to the question, and that cosine less the best candidate's;
+- whether the question names its title (the fusion's named anchors) and whether the fused first
+  passage links to it (the home of an entity a fact of it names).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib import resources
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from hpengine.config import LearnedConfig
+from hpengine.errors import UserError
+from hpengine.pipeline._types import Retrieved
+from hpengine.pipeline.retrievers._base import get_retriever, register_retriever
+from hpengine.pipeline.retrievers._fusion import (FusionRetriever, MemberSteps, fuse_rankings, member_config,
+                                                  rrf_scores, stack_rankings)
+from hpengine.retrieval import linked_passages
+
+#: the lists a candidate's ranks are read from, in feature order
+LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
+#: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
+FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
+            "linked_from_first", "rrf_union")
+
+
+def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
+    """Rank (from 0) of each candidate in each list, ``-1`` where it is absent.
+
+    Shapes:
+        candidates int64 ``[Q, C]`` (``-1`` padded), lists int64 ``[Q, L, W]`` (``-1`` padded) ->
+        int64 ``[Q, C, L]``.
+
+    Example:
+        >>> list_ranks(torch.tensor([[7, 3, -1]]), torch.tensor([[[3, 7], [9, -1]]]))[0].tolist()
+        [[1, -1], [0, -1], [-1, -1]]
+    """
+    hit = (candidates[:, :, None, None] == lists[:, None, :, :]) & (candidates[:, :, None, None] >= 0)  # [Q, C, L, W]
+    first = hit.int().argmax(-1)  # [Q, C, L] first position of a hit (0 when none)
+    return torch.where(hit.any(-1), first, torch.full_like(first, -1))
+
+
+def default_ranker_path(encoder: str) -> Path:
+    """The ranker shipped for ``encoder`` (the index's encoder name), whether or not it exists."""
+    key = re.sub(r"[^a-z0-9]+", "-", encoder.lower()).strip("-")
+    return Path(str(resources.files("hpengine.data"))) / "rankers" / f"{key}.safetensors"
+
+
+def resolve_ranker(path: str, encoder: str) -> tuple:
+    """``(model, meta)`` of the ranker at ``path`` (empty: the one shipped for ``encoder``),
+    refused with one line when missing, damaged, or made for another encoder or feature schema.
+    Cheap (one small file): jobs call it before any model loads."""
+    from hpengine.nn import load_ranker
+
+    where = Path(path) if path else default_ranker_path(encoder)
+    if not where.is_file():
+        if path:
+            raise UserError(f"engine.ranker={path!r}: no such file")
+        raise UserError(f"no ranker ships for encoder {encoder!r}; train one with `hpengine train IDX questions=FILE "
+                        f"out=ranker.safetensors` and pass engine.ranker=ranker.safetensors")
+    try:
+        model, meta = load_ranker(where)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if meta.get("encoder") != encoder:
+        raise UserError(f"ranker {str(where)!r} was trained for encoder {meta.get('encoder')!r}, and this index uses "
+                        f"{encoder!r}; train one on this encoder's indexes (hpengine train)")
+    if list(meta.get("features") or ()) != list(FEATURES):
+        raise UserError(f"ranker {str(where)!r} reads features {meta.get('features')!r}, not this hpengine's "
+                        f"{list(FEATURES)!r}; train it again")
+    return model, meta
+
+
+@register_retriever
+class LearnedRetriever(FusionRetriever):
+    """The fusion's members on one batch, their candidates ordered by a trained ranker."""
+
+    name = "learned"
+    config_class = LearnedConfig
+
+    def __init__(self, steps, ranker=None):
+        super().__init__(steps)
+        cfg = self.config
+        for name in list(self.members):  # deeper member lists: the candidates
+            cls, weight = type(self.members[name][0]), self.members[name][1]
+            own = dataclasses.replace(member_config(cfg, name, cls.config_class), passage_width=cfg.candidate_width)
+            self.members[name] = (get_retriever(name)(MemberSteps(steps, own, self._cache, cfg.member_llm)), weight)
+        self._ranker = ranker
+
+    @property
+    def ranker(self):
+        """The ranker (``engine.ranker``, else the one shipped for the index's encoder), read on first
+        use: a trainer reads the candidates' features before any ranker exists."""
+        if self._ranker is None:
+            model, _ = resolve_ranker(self.config.ranker, str(self.steps.index.meta.get("encoder", "")))
+            self._ranker = model
+        return self._ranker.to(self.steps.index.fact_emb.device).eval()
+
+    def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
+        """The candidates of the members' lists, ordered by the ranker; chains and notes as the fusion's."""
+        ranker = self.ranker  # before the members run: a missing ranker is one line, at once
+        candidates, features, valid, outs = self._candidates(questions, question_emb)
+        with self.steps.timer.stage("rank"), torch.no_grad():
+            scores = ranker(features, valid)  # [Q, C]
+            order = torch.sort(scores, dim=1, descending=True, stable=True).indices
+            ranked = torch.where(valid.gather(1, order), candidates.gather(1, order), -1)[:, : self.config.passage_width]
+        chains, notes, diagnostics = self._records(questions, outs)
+        return Retrieved(ranked, chains=chains, notes=notes, diagnostics=diagnostics)
+
+    def candidate_features(self, questions: list, question_emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(candidates, features, valid)`` of a batch: int64 ``[Q, C]`` passage ids (``-1``
+        padded), float32 ``[Q, C, len(FEATURES)]``, bool ``[Q, C]`` (what a trainer reads)."""
+        return self._candidates(questions, question_emb)[:3]
+
+    def _candidates(self, questions: list, question_emb: Tensor) -> tuple:
+        s, cfg = self.steps, self.config
+        self._cache.clear()
+        self._cache.update(emb=question_emb, dense={})
+        try:
+            outs = self._run_members(questions, question_emb)
+            with s.timer.stage("fuse"):
+                short = {n: dataclasses.replace(o, ranked=o.ranked[:, : cfg.member_width or cfg.passage_width])
+                         for n, o in outs.items()}
+                by_rule = self._fuse_rule(short)
+                final, _ = self._follow_links(by_rule, questions, len(outs))
+            with s.timer.stage("features"):
+                member_lists = [outs[n].ranked if n in outs else by_rule[:, :0] for n in LISTS[:3]]
+                lists = stack_rankings([*member_lists, by_rule, final])  # [Q, L, W]
+                out = self._features(questions, question_emb, lists)
+        finally:
+            self._cache.clear()
+        return (*out, outs)
+
+    def _features(self, questions: list, question_emb: Tensor, lists: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, n_lists, w = lists.shape
+        union_scores = rrf_scores(lists, torch.ones(n_lists), 1.0)
+        candidates, rrf = fuse_rankings(lists, union_scores, n_lists * w)  # every listed passage once
+        valid = candidates >= 0
+        ranks = list_ranks(candidates, lists).float()  # [Q, C, L]
+        rr = torch.where(ranks >= 0, 1.0 / (1.0 + ranks), torch.zeros_like(ranks))
+        present = (ranks >= 0).float()
+        cos = self._cosines(question_emb, candidates, valid)
+        best = cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
+        gap = torch.where(valid, cos - best, torch.zeros_like(cos))
+        named = self._named(candidates, questions).float() if candidates.shape[1] else cos * 0
+        linked = self._linked_from_first(lists[:, -1, :1], candidates).float()
+        rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
+        features = torch.cat([rr, present, torch.stack([cos, gap, named, linked, rrf], dim=-1)], dim=-1)
+        return candidates, features.masked_fill(~valid[..., None], 0.0), valid
+
+    def _cosines(self, question_emb: Tensor, candidates: Tensor, valid: Tensor) -> Tensor:
+        """float32 ``[Q, C]``: cosine of each candidate passage to its question (0 without passage
+        embeddings, and for padding)."""
+        emb = self.steps.index.passage_emb
+        if emb is None:
+            return torch.zeros(candidates.shape, device=candidates.device)
+        rows = emb.index_select(0, candidates.clamp_min(0).reshape(-1)).view(*candidates.shape, -1).float()
+        cos = torch.einsum("qd,qcd->qc", question_emb.float(), rows)
+        return torch.where(valid, cos, torch.zeros_like(cos))
+
+    def _linked_from_first(self, first: Tensor, candidates: Tensor) -> Tensor:
+        lk, idx = self.steps.lookups, self.steps.index
+        fact_crow, fact_col = lk.extracted_incidence()
+        return linked_passages(first, candidates, lk.passage_crow, lk.passage_facts, fact_crow, fact_col,
+                               lk.home_crow, lk.home_col, idx.num_passages)

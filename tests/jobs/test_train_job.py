@@ -1,0 +1,65 @@
+"""``hpengine train``'s job: trains on one or several indexes with their question files, validates on a
+held-out share, writes a ranker the learned method reads; refuses bad input in one line before any
+model loads."""
+import dataclasses
+
+import pytest
+
+from hpengine.config import TrainJobConfig
+from hpengine.errors import UserError
+from hpengine.graph import builtin_questions_path
+from hpengine.jobs import format_train_report, run_train
+from hpengine.nn import load_ranker
+from hpengine.pipeline.retrievers import FEATURES
+
+
+@pytest.fixture
+def saved(builtin_index, tmp_path, monkeypatch):
+    """Two saved copies of the built-in index; the jobs get the test's hashing encoder."""
+    index, encoder, _ = builtin_index
+    paths = [str(index.save(tmp_path / name)) for name in ("a", "b")]
+    monkeypatch.setattr("hpengine.models.encoder_for_index", lambda meta, cfg, where: encoder)
+    return paths
+
+
+def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
+    out = tmp_path / "ranker.safetensors"
+    q = str(builtin_questions_path())
+    report = run_train(TrainJobConfig(index=saved, questions=[q, q], out=str(out), epochs=40, hidden=4,
+                                      holdout=0.25), progress=False)
+    assert report["loss"] < report["first_loss"]
+    assert report["train_questions"] == 18 and report["held_questions"] == 6
+    model, meta = load_ranker(out)
+    assert meta["features"] == list(FEATURES) and meta["hidden"] == 4 and meta["report"]["loss"] == report["loss"]
+    text = format_train_report(report, str(out))
+    assert text.startswith(f"ranker written to {out}") and "held out 6 questions" in text
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(questions=[]), "one questions= file per index"),
+    (dict(out=""), "needs out=FILE"),
+    (dict(index=[]), "needs at least one index"),
+    (dict(questions=["missing.json", "missing.json"]), "missing.json"),
+])
+def test_bad_input_is_one_line_before_any_model_loads(saved, tmp_path, monkeypatch, change, message):
+    def no_model(*args):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    q = str(builtin_questions_path())
+    cfg = dataclasses.replace(TrainJobConfig(index=saved, questions=[q, q], out=str(tmp_path / "r.safetensors")),
+                              **change)
+    with pytest.raises(UserError, match=message) as exc:
+        run_train(cfg, progress=False)
+    assert "\n" not in str(exc.value)
+
+
+def test_indexes_of_two_encoders_are_refused(saved, tmp_path):
+    import json
+
+    manifest = tmp_path / "b" / "index.json"
+    meta = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**meta, "encoder": "another-encoder"}))
+    q = str(builtin_questions_path())
+    with pytest.raises(UserError, match="a ranker is trained for one encoder.*another-encoder"):
+        run_train(TrainJobConfig(index=saved, questions=[q, q], out=str(tmp_path / "r.safetensors")), progress=False)

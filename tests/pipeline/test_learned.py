@@ -1,0 +1,113 @@
+"""retriever=learned: the rank lookup against a per-question reference, features batched equal one
+by one, training lowers the listwise loss on the built-in corpus, the batched ranking equals a
+per-question sort of the ranker's scores, and ranker files are checked (another encoder, another
+feature schema, a damaged file: one line each)."""
+import random
+
+import pytest
+import torch
+
+from hpengine.config import LearnedConfig
+from hpengine.errors import UserError
+from hpengine.nn import CandidateRanker, listwise_loss, load_ranker, save_ranker
+from hpengine.pipeline import Engine
+from hpengine.pipeline._learn import ranker_examples, ranker_meta, recall_at, rank_candidates, train_ranker
+from hpengine.pipeline.retrievers._learned import FEATURES, list_ranks
+
+
+@pytest.fixture(scope="module")
+def examples(builtin_index):
+    index, encoder, questions = builtin_index
+    engine = Engine(index, encoder, retriever="learned")
+    return engine, questions, ranker_examples(engine, questions, batch_size=5)
+
+
+def _list_ranks_reference(candidates: list, lists: list) -> list:
+    return [[ls.index(c) if c >= 0 and c in ls else -1 for ls in lists] for c in candidates]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_list_ranks_equal_the_reference(seed):
+    rng = random.Random(seed)
+    q, n_lists, w, c = 3, rng.randint(1, 4), rng.randint(1, 7), rng.randint(1, 9)
+    lists = [[[rng.randrange(12) if rng.random() > 0.2 else -1 for _ in range(w)] for _ in range(n_lists)]
+             for _ in range(q)]
+    lists = [[list(dict.fromkeys(x for x in ls if x >= 0)) + [-1] * (w - len(set(x for x in ls if x >= 0)))
+              for ls in row] for row in lists]  # a passage once per list, padding last
+    candidates = [[rng.randrange(-1, 12) for _ in range(c)] for _ in range(q)]
+    got = list_ranks(torch.tensor(candidates), torch.tensor(lists)).tolist()
+    assert got == [_list_ranks_reference(cs, ls) for cs, ls in zip(candidates, lists)]
+
+
+def test_features_batched_equal_one_by_one(builtin_index):
+    index, encoder, questions = builtin_index
+    engine = Engine(index, encoder, retriever="learned")
+    texts = [q.question for q in questions]
+    emb = engine.steps.encode(texts)
+    cand, feats, valid = engine.retriever.candidate_features(texts, emb)
+    assert feats.shape == (*cand.shape, len(FEATURES)) and bool(valid.any(1).all())
+    for i, text in enumerate(texts):
+        c1, f1, v1 = engine.retriever.candidate_features([text], emb[i:i + 1])
+        n = int(v1.sum())
+        assert torch.equal(c1[0, :n], cand[i, :n]) and int(valid[i].sum()) == n
+        torch.testing.assert_close(f1[0, :n], feats[i, :n])
+
+
+def test_training_lowers_the_loss_and_the_ranking_equals_a_per_question_sort(examples):
+    engine, questions, ex = examples
+    assert bool(ex.gold.any(1).all()), "every built-in question has a gold candidate"
+    seen = []
+    model = train_ranker(ex, hidden=8, epochs=60, log=lambda epoch, loss: seen.append(loss))
+    assert seen[-1] < seen[0]
+    order = rank_candidates(model, ex)
+    for i in range(len(ex)):  # per question: sort its valid candidates by the model's score alone
+        n = int(ex.valid[i].sum())
+        with torch.no_grad():
+            s = model(ex.features[i:i + 1, :n], ex.valid[i:i + 1, :n])[0].tolist()
+        assert order[i, :n].tolist() == sorted(range(n), key=lambda j: -s[j])
+    assert 0.0 <= recall_at(order, ex, 5) <= 1.0
+
+
+def test_the_engine_ranks_with_a_trained_ranker(examples, tmp_path, builtin_index):
+    engine, questions, ex = examples
+    index, encoder, _ = builtin_index
+    model = train_ranker(ex, hidden=0, epochs=30)
+    path = tmp_path / "r.safetensors"
+    save_ranker(model, path, ranker_meta(engine, ex))
+    learned = Engine(index, encoder, config=LearnedConfig(ranker=str(path)))
+    texts = [q.question for q in questions]
+    preds = learned.answer(texts)
+    order = rank_candidates(model, ex)
+    for i, p in enumerate(preds):  # the engine's ranking is the examples' candidates in the model's order
+        n = int(ex.valid[i].sum())
+        want = ex.candidates[i].gather(0, order[i, :n])[: learned.config.passage_width].tolist()
+        assert list(p.passages) == want
+    loaded, meta = load_ranker(path)
+    assert meta["features"] == list(FEATURES) and meta["encoder"] == index.meta["encoder"]
+
+
+def test_ranker_files_are_checked(examples, tmp_path, builtin_index):
+    engine, questions, ex = examples
+    index, encoder, _ = builtin_index
+    model = CandidateRanker(len(FEATURES), hidden=0)
+    other = tmp_path / "other.safetensors"
+    save_ranker(model, other, {**ranker_meta(engine, ex), "encoder": "another-encoder"})
+    schema = tmp_path / "schema.safetensors"
+    save_ranker(CandidateRanker(2, hidden=0), schema, {**ranker_meta(engine, ex), "features": ["a", "b"]})
+    damaged = tmp_path / "damaged.safetensors"
+    damaged.write_bytes(b"\x10" * 20)
+    cases = {other: "trained for encoder 'another-encoder'", schema: "reads features", damaged: "not a ranker file",
+             tmp_path / "missing.safetensors": "no such file"}
+    for path, message in cases.items():
+        learned = Engine(index, encoder, config=LearnedConfig(ranker=str(path)))
+        with pytest.raises(UserError, match=message) as exc:
+            learned.answer([questions[0].question])
+        assert "\n" not in str(exc.value)
+
+
+def test_listwise_loss_ignores_questions_without_gold():
+    scores = torch.tensor([[1.0, 0.0], [5.0, -1.0]])
+    gold = torch.tensor([[False, True], [False, False]])
+    valid = torch.ones(2, 2, dtype=torch.bool)
+    want = torch.logsumexp(scores[0], 0) - scores[0, 1]
+    torch.testing.assert_close(listwise_loss(scores, gold, valid), want)
