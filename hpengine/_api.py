@@ -72,7 +72,21 @@ def _settings(cls, base, settings: dict, fixed: dict):
     if unknown:
         raise TypeError(f"unknown setting {unknown[0]!r}; {cls.__name__} takes {sorted(names)} (got {unknown[0]}=...)")
     values = {**settings, **fixed}
+    if "device" in settings:  # as device= on the command line: every part left on its default device follows
+        for f in dataclasses.fields(cls):
+            part = values[f.name] if f.name in values else (getattr(base, f.name) if base is not None
+                                                            else _field_default(cls, f.name))
+            if dataclasses.is_dataclass(part) and getattr(part, "device", None) == getattr(type(part)(), "device", 0):
+                values[f.name] = dataclasses.replace(part, device=settings["device"])
     return dataclasses.replace(base, **values) if base is not None else cls(**values)
+
+
+def _field_default(cls, name: str):
+    """The default value of ``cls``'s field ``name`` (None when it has none)."""
+    f = cls.__dataclass_fields__[name]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
 
 
 def _corpus(corpus) -> tuple:
@@ -97,8 +111,9 @@ def build_index(corpus, out, *, config: IndexConfig | None = None, overwrite: bo
         config: an :class:`~hpengine.config.IndexConfig` to start from (default: its defaults).
         overwrite: replace an index already at ``out``. Default False: refuse.
         progress: progress bars. Default False.
-        **settings: :class:`~hpengine.config.IndexConfig` fields, e.g. ``device="cuda"``,
-            ``encoder=EncoderConfig(name_or_path="e5-small")``, ``shard_size=0``.
+        **settings: :class:`~hpengine.config.IndexConfig` fields, e.g. ``device="cuda"`` (the
+            extractor and encoder follow unless given another device, as ``device=`` on the
+            command line), ``encoder=EncoderConfig(name_or_path="e5-small")``, ``shard_size=0``.
 
     Returns:
         the :class:`~hpengine.graph.Index`; ``index.meta["build_report"]`` has the counts and

@@ -26,6 +26,20 @@ def test_face_functions_document_an_example():
     assert ">>> " in hpengine.Engine.ask.__doc__
 
 
+def test_face_device_reaches_the_models_as_on_the_command_line():
+    from hpengine._api import _settings  # the face's settings step (a GPU is not needed to check it)
+    from hpengine.config import EncoderConfig, IndexConfig
+
+    cfg = _settings(IndexConfig, None, {"device": "cuda:1", "encoder": EncoderConfig(name_or_path="e5-small")},
+                    {"corpus": "", "out": "x"})
+    assert (cfg.device, cfg.extractor.device, cfg.encoder.device, cfg.grag.device) == ("cuda:1",) * 4
+    assert cfg.encoder.name_or_path == "e5-small"
+    pinned = _settings(IndexConfig, None, {"device": "cuda:1", "encoder": EncoderConfig(device="cuda:0")},
+                       {"corpus": "", "out": "x"})
+    assert pinned.encoder.device == "cuda:0"  # a part given its own device keeps it
+    assert _settings(IndexConfig, None, {}, {"corpus": "", "out": "x"}).encoder.device == "cpu"
+
+
 def test_face_refuses_an_unknown_setting_by_name():
     import pytest
 
