@@ -127,7 +127,7 @@ CASES = {
     "eval llm folder not a model": (["eval", "index={w}/idx", "questions={w}/questions.json",
                                      "model.llm={w}/a_folder"], ["model.llm=", "config.json"]),
     "ask blank question": (["ask", "{w}/idx", "   "], ["question is empty"]),
-    "ask unquoted question": (["ask", "{w}/idx", "Who", "directed?"], ["ask takes INDEX"]),
+    "ask unquoted question": (["ask", "{w}/idx", "Who", "directed?"], ["ask takes IDX and at most one question"]),
     "ask index= too": (["ask", "{w}/idx", "Who?", "index={w}/idx"], ["index="]),
     # config values and keys
     "max_questions -1": (["eval", "index={w}/idx", "questions={w}/questions.json", "eval.max_questions=-1"],
@@ -140,7 +140,7 @@ CASES = {
                                       "eval.recall_ks=[50]"], ["passage_width"]),
     "passage_width 0": (["eval", "index={w}/idx", "questions={w}/questions.json", "engine.passage_width=0"],
                         ["engine.passage_width"]),
-    "unknown +key": (["eval", "index={w}/idx", "questions={w}/questions.json", "+foo=1"], ["unknown config key 'foo'"]),
+    "unknown +key": (["eval", "index={w}/idx", "questions={w}/questions.json", "+foo=1"], ["unknown key 'foo'"]),
     "unknown +nested key": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "+graph.foo=1"], ["graph.foo"]),
     "unknown ++key": (["eval", "index={w}/idx", "questions={w}/questions.json", "++eval.foo=1"], ["eval.foo"]),
     "misspelled key": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "graph.synonym_treshold=0.5"],

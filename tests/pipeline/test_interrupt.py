@@ -46,10 +46,14 @@ def _args(tmp_path):
 
 
 @pytest.mark.parametrize("command, kept", [
-    ("index", "index saves are atomic, so out= holds what it held before or the complete new index"),
-    ("add", "index saves are atomic, so out= holds the index as it was or with all the new passages"),
-    ("delete", "index saves are atomic, so out= holds the index as it was or without all the passages named"),
-    ("update", "index saves are atomic, so out= holds the index as it was or with all the new texts"),
+    ("index", "index saves are atomic, so the index folder holds what it held before or the complete new index; "
+              "rerun the same command to resume from the finished shards"),
+    ("add", "index saves are atomic, so the index folder holds the index as it was or with all the new passages; "
+            "the same command is safe to rerun"),
+    ("delete", "index saves are atomic, so the index folder holds the index as it was or without all the passages "
+               "named; do NOT rerun the same command as it is: ids= are positions"),  # delete ids=1
+    ("update", "index saves are atomic, so the index folder holds the index as it was or with all the new texts; "
+               "the same command is safe to rerun"),
     ("eval", "output= is written whole at the end"),
     ("demo", "index saves are atomic"),
     ("ask", "ask writes nothing; the index is unchanged"),
@@ -112,6 +116,7 @@ def test_sigint_to_a_running_index_build(tmp_path):
     err = (seen + stderr).decode(errors="replace")
     assert proc.returncode == 130, err
     assert err.count("Traceback") == err.count("Exception ignored in")  # only those of a dropped SIGINT
-    assert err.rstrip().splitlines()[-1] == ("hpengine: interrupted; index saves are atomic, so out= holds what it "
-                                             "held before or the complete new index")
+    assert err.rstrip().splitlines()[-1] == ("hpengine: interrupted; index saves are atomic, so the index folder holds "
+                                             "what it held before or the complete new index; rerun the same command "
+                                             "to resume from the finished shards")
     assert not out.exists()
