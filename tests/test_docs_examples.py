@@ -3,6 +3,7 @@ namespace, in a fresh working directory that is removed afterwards. A block that
 an LLM or the real data sets is written as ```bash or ```text instead, so it is not run here."""
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,15 +21,45 @@ def python_blocks(path: Path) -> list:
     return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in _BLOCK.finditer(text)]
 
 
-def run_blocks(path: Path) -> dict:
+@pytest.fixture(scope="module")
+def demo_build():
+    """One real build of the demo corpus at the defaults, for the whole module (removed after it)."""
+    import hpengine
+
+    with tempfile.TemporaryDirectory(prefix="hpengine_docs_demo_") as folder:
+        hpengine.build_index(hpengine.demo_corpus(), os.path.join(folder, "index"))
+        yield os.path.join(folder, "index")
+
+
+def _serving_builds(demo):
+    """``hpengine.build_index`` that copies ``demo`` (a finished build of the demo corpus at the
+    defaults) for that same call, and builds anything else: the guides each build the demo index,
+    and one real build serves them all (README.md and the doctests build for real)."""
+    import hpengine
+
+    real = hpengine.build_index
+
+    def build_index(corpus, out, **settings):
+        if demo and not settings and not os.path.exists(out) and corpus == hpengine.demo_corpus():
+            shutil.copytree(demo, out)
+            return hpengine.open_index(out)
+        return real(corpus, out, **settings)
+
+    return real, build_index
+
+
+def run_blocks(path: Path, demo: str | None = None) -> dict:
     """Run ``path``'s blocks in order in one namespace, in a temporary working directory; returns the
-    namespace. Registered retrievers are removed again (a file's method must not leak into the next).
-    Fails when a block leaves something in the temporary directory (it is redirected into one of the
+    namespace. ``demo``: a build of the demo corpus that serves the blocks' identical builds.
+    Registered retrievers are removed again (a file's method must not leak into the next). Fails
+    when a block leaves something in the temporary directory (it is redirected into one of the
     test's own, and must be empty at the end)."""
+    import hpengine
     from hpengine.pipeline import available_retrievers
     from hpengine.pipeline.retrievers import _base  # the registry, to undo a block's registration
 
     before = set(available_retrievers())
+    real_build, hpengine.build_index = _serving_builds(demo)
     namespace = {"__name__": "__main__"}
     old_cwd, old_tempdir = os.getcwd(), tempfile.tempdir
     with tempfile.TemporaryDirectory(prefix="hpengine_docs_") as work:
@@ -45,6 +76,7 @@ def run_blocks(path: Path) -> dict:
         finally:
             os.chdir(old_cwd)
             tempfile.tempdir = old_tempdir
+            hpengine.build_index = real_build
             for name in set(available_retrievers()) - before:
                 del _base._REGISTRY[name]
     assert not left, f"{path.name}'s examples left {left} in the temporary directory"
@@ -52,8 +84,8 @@ def run_blocks(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("path", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
-def test_python_blocks_run(path):
-    run_blocks(path)
+def test_python_blocks_run(path, demo_build):
+    run_blocks(path, demo_build)
 
 
 def test_readme_runs_and_its_method_answers():
