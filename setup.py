@@ -42,7 +42,7 @@ setup(
         "gpu": ["faiss-gpu-cu12>=1.8"],
         "llm": ["gguf>=0.10"],
         "bench": ["python-igraph>=0.11", "torch-ppr>=0.0.8"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "python-igraph>=0.11"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "python-igraph>=0.11"],
     },
     entry_points={"console_scripts": ["hpengine=hpengine.cli:main"]},
 )

@@ -1,8 +1,8 @@
-import getpass
 import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,31 +12,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-#: This test process's temporary folder: tempfile's, pytest's tmp_path and, through TMPDIR, those of
-#: the processes the tests start (the CLI, torchrun's logs). A passing run removes it, so the run
-#: leaves nothing in the system's temporary directory; a failing one keeps it to look at.
-SESSION_TMP = Path(tempfile.mkdtemp(prefix="hpengine-tests-"))
-os.environ["TMPDIR"] = tempfile.tempdir = str(SESSION_TMP)
 
-
-def _left_outside_tmp_path() -> list:
-    """What the run wrote to the temporary directory outside pytest's tmp_path folders."""
-    return sorted(p.name for p in SESSION_TMP.iterdir() if p.name != f"pytest-of-{getpass.getuser()}")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session, exitstatus):
-    left = _left_outside_tmp_path()
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if left and reporter is not None:  # a test that writes a temporary file outside tmp_path
-        reporter.ensure_newline()
-        reporter.write_line(f"tests left temporary files outside tmp_path (use tmp_path): {', '.join(left)}",
-                            yellow=True)
-    if exitstatus == 0:
-        shutil.rmtree(SESSION_TMP, ignore_errors=True)
-    elif reporter is not None:
-        reporter.ensure_newline()
-        reporter.write_line(f"temporary files of this run (tmp_path folders included): {SESSION_TMP}")
+@pytest.fixture(scope="session", autouse=True)
+def _private_temp_dir(tmp_path_factory):
+    """This test process's temporary files (tempfile's, and through TMPDIR those of the processes
+    the tests start: the CLI, torchrun's logs) go to a folder of its own, removed at the end, so a
+    run leaves nothing in the system's temporary directory; pytest's tmp_path folders stay where
+    pytest keeps them (a passing run removes them, pytest.ini). What a test left there instead of
+    in tmp_path is named in a warning."""
+    tmp_path_factory.getbasetemp()  # made first, in the system's temporary directory
+    private = Path(tempfile.mkdtemp(prefix="hpengine-tests-"))
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(private)
+    yield private
+    if saved[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved[0]
+    tempfile.tempdir = saved[1]
+    left = sorted(p.name for p in private.iterdir())
+    shutil.rmtree(private, ignore_errors=True)
+    if left:
+        warnings.warn(f"tests left temporary files outside tmp_path (removed; use tmp_path): {', '.join(left)}")
 
 
 @pytest.fixture(autouse=True)
