@@ -354,7 +354,7 @@ class FusionConfig(EngineConfig):
     #: Fusion rule: rrf, score or lead_then_fill.
     #: rrf | score | lead_then_fill (docs/methods/fusion.md#rules); lead_then_fill with the restarted PPR's
     #: fill weight 2: the rule whose worst R@5 against the best single method, over three dev sets and two
-    #: encoders, is the best, with R@2 above dense's on all six (docs/methods/fusion.md#choosing-the-default)
+    #: encoders, is the best, with R@2 above dense's on all six (docs/methods/fusion.md#rules)
     rule: str = "lead_then_fill"
     #: Rank offset of reciprocal-rank fusion.
     #: RRF (and lead_then_fill's fill): a passage at rank r (from 1) of member m adds weight_m / (rrf_k + r);
@@ -371,15 +371,14 @@ class FusionConfig(EngineConfig):
     #: Restart mass of PPR put on HyperProve's passages (null: 0.1 when both run).
     #: PPR restarted partly at HyperProve's passages: this much restart mass (against PPR's own 1) on
     #: HyperProve's first restart_passages passages, weight 1 / (1 + rank); 0: off; a value > 0 needs both
-    #: members. None: DEFAULT_RESTART_SHARE (0.1) when both run, else off
-    #: (docs/methods/fusion.md#ppr-restarted-at-hyperproves-passages)
+    #: members. None: DEFAULT_RESTART_SHARE (0.1) when both run, else off (docs/methods/fusion.md#step-by-step)
     restart_share: float | None = None
     #: HyperProve passages PPR restarts at.
     restart_passages: int = 5
     #: With an LLM, the members run their own LLM steps too.
     #: with an LLM, whether the members run their own LLM steps (HyperProve's decomposition and hop reads, GRAG's
     #: planner). The fusion's answer is one read of the fused passages either way, so by default they run their
-    #: no-LLM modes (docs/methods/fusion.md#llm-mode-first-100-hotpotqa-dev-questions)
+    #: no-LLM modes, which read as well at a fraction of the tokens (docs/results.md)
     member_llm: bool = False
     #: Leading passages whose links are followed (0: off).
     #: following the anchors' links: the fused ranking keeps its first link_anchors passages, then up to
