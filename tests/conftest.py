@@ -13,6 +13,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """The workers of ``-n auto`` (pytest.ini). The suite is mostly single-threaded start-ups and
+    small tensors, so the whole of it runs on two workers (up to 4 where there are more cores); a
+    run that names its files or folders stays in one process, where starting workers (each imports
+    torch and the models) costs more than it saves. ``-n N`` or PYTEST_XDIST_AUTO_NUM_WORKERS decide
+    instead."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    return min(cores, 4) if whole_suite and cores >= 2 else 0
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_temp_dir(tmp_path_factory):
     """This test process's temporary files (tempfile's, and through TMPDIR those of the processes
