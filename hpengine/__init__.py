@@ -27,6 +27,7 @@ _EXPORTS = {
     "EngineConfig": "hpengine.config",
     "EvalConfig": "hpengine.config",
     "ExtractorConfig": "hpengine.config",
+    "FusionConfig": "hpengine.config",
     "GragConfig": "hpengine.config",
     "GraphConfig": "hpengine.config",
     "HyperProveConfig": "hpengine.config",
@@ -50,8 +51,9 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
-    from hpengine.config import (DenseConfig, EncoderConfig, EngineConfig, EvalConfig, ExtractorConfig, GragConfig,
-                                 GraphConfig, HyperProveConfig, IndexConfig, ModelConfig, PPRConfig, RetrievalConfig)
+    from hpengine.config import (DenseConfig, EncoderConfig, EngineConfig, EvalConfig, ExtractorConfig, FusionConfig,
+                                 GragConfig, GraphConfig, HyperProveConfig, IndexConfig, ModelConfig, PPRConfig,
+                                 RetrievalConfig)
     from hpengine._api import (add, build_index, delete, demo_corpus, demo_questions, evaluate, open_index, update,
                                write_report)
     from hpengine.graph import HyperGraph
@@ -65,6 +67,7 @@ __all__ = [
     "EncoderConfig",
     "EvalConfig",
     "ExtractorConfig",
+    "FusionConfig",
     "GragConfig",
     "GraphConfig",
     "HyperGraph",

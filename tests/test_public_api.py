@@ -6,7 +6,7 @@ def test_top_level_exports():
     assert set(hpengine.__all__) == {
         "Engine", "EngineConfig", "DenseConfig", "GragConfig", "HyperProveConfig", "PPRConfig", "EncoderConfig",
         "EvalConfig", "ExtractorConfig", "GraphConfig", "HyperGraph", "IndexConfig", "ModelConfig", "RetrievalConfig",
-        "__version__",
+        "FusionConfig", "__version__",
         # the face (hpengine/_api.py): the index, asking, evaluating, the report, the demo set
         "Answer", "ScoredPassage", "add", "build_index", "delete", "demo_corpus", "demo_questions", "evaluate",
         "open_index", "update", "write_report"}
