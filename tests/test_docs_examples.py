@@ -106,3 +106,59 @@ def test_readme_examples_are_python_blocks():
     blocks = [code for _, code in python_blocks(README)]
     assert any("hpengine.build_index" in b and "hpengine.evaluate" in b for b in blocks)
     assert any("register_retriever" in b for b in blocks)
+
+
+def _configuration_rows(page: Path):
+    """``(key, written default)`` of each single-key table row in ``page``'s configuration section."""
+    text = page.read_text(encoding="utf-8")
+    start = re.search(r"^## (Shared )?[Cc]onfiguration$", text, re.M)
+    if start is None:
+        return []
+    section = text[start.end():]
+    end = re.search(r"^## ", section, re.M)
+    section = section[: end.start()] if end else section
+    return re.findall(r"^\| `([a-z_]+)` \| ([^|]+) \|", section, re.M)
+
+
+def _written(value: str):
+    """A default as a method page writes it (`unset`, `true`, `[a, b]`, `1,000`, `"text"`), as a value."""
+    text = value.strip().strip("`").strip()
+    if text in ("unset", "none", "null"):
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("[") and text.endswith("]"):
+        return [_written(v) for v in text[1:-1].split(",") if v.strip()]
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return text.strip("\"'")
+
+
+def _same(written, default) -> bool:
+    if isinstance(default, (list, tuple)):
+        return isinstance(written, list) and len(written) == len(default) and all(map(_same, written, default))
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        return isinstance(written, float) and written == default
+    return written == default
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "methods").glob("*.md")), ids=lambda p: p.name)
+def test_method_pages_state_the_code_defaults(page):
+    """The method pages' configuration tables, written by hand, say what the dataclasses say (the
+    generated docs/reference/config.md is the full list)."""
+    import dataclasses
+
+    from hpengine import config
+
+    classes = [config.RetrievalConfig, config.GraphConfig, config.EncoderConfig, config.GragBuildConfig,
+               *config.method_configs().values()]
+    defaults = {}  # field name -> its defaults in the classes that have it
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            defaults.setdefault(f.name, []).append(value)
+    for key, written in _configuration_rows(page):
+        assert key in defaults, f"{page.name}: `{key}` is no configuration field"
+        assert any(_same(_written(written), d) for d in defaults[key]), \
+            f"{page.name}: `{key}` is written {written.strip()!r}, the code's default is {defaults[key]}"
