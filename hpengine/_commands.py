@@ -262,8 +262,8 @@ def check_overrides(command: str, overrides: list) -> None:
     nodes = _nodes(keys)
     for arg in overrides:
         m = OVERRIDE.match(arg)
-        if m is None:
-            continue  # Hydra says what is wrong with it
+        if m is None or not (m.group("eq") or arg.startswith("~")):
+            continue  # a Hydra flag or its value (--cfg job), or what Hydra will say is wrong
         key = m.group("key").replace("/", ".")
         if key == "hydra" or key.startswith("hydra."):
             continue

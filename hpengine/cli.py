@@ -542,6 +542,15 @@ def _interrupted(command: str, args: list, debug: bool) -> None:
     raise SystemExit(130)
 
 
+def _emit(text: str) -> None:
+    """Print a help text; a reader that closed the pipe early (``hpengine --help | head``) is no error."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush then writes nowhere
+
+
 def _help(command: str, args: list) -> str:
     """``hpengine COMMAND --help [retriever=METHOD]``."""
     from hpengine.config import method_configs
@@ -576,8 +585,7 @@ def main(argv: list[str] | None = None) -> None:
     error form (``hpengine: error: ...``, exit status 2)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in (*_HELP, "help"):
-        print(usage())
-        return
+        return _emit(usage())
     command, rest = argv[0], argv[1:]
     before_dashes = rest[: rest.index("--")] if "--" in rest else rest
     debug = _debug_from_env() or any(a.lower() in {f"debug={v}" for v in _TRUE} for a in before_dashes)
@@ -585,8 +593,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(_user_error(f"unknown command{closest(command, COMMANDS)}: choose one of {', '.join(sorted(COMMANDS))}; "
                           f"hpengine --help shows their usage (got {command!r})"), debug)
     if any(a in _HELP for a in before_dashes):
-        print(_help(command, before_dashes))
-        return
+        return _emit(_help(command, before_dashes))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:

@@ -208,6 +208,14 @@ def test_a_command_line_value_is_never_interpolated(small, tmp_path, capsys):
         "${oc.env:HOME}", ""), err
 
 
+def test_hydra_flags_keep_working_with_the_positional_index(tmp_path):
+    proc = _python("-m", "hpengine.cli", "delete", str(tmp_path / "idx"), f"titles=[{ODD_TITLE}]", "--cfg", "job",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"out: {tmp_path / 'idx'}" in proc.stdout and "${oc.env:HOME}" in proc.stdout
+    assert os.environ.get("HOME", "~") + "\n" not in proc.stdout
+
+
 def test_ask_honours_max_questions(small, capsys):
     status, out, err = run(capsys, "ask", small / "idx", f"questions={small / 'q.json'}", "eval.max_questions=2",
                            "retriever=dense")
