@@ -59,7 +59,8 @@ class Engine:
     Args:
         index: the index (its tensors' device is where retrieval runs).
         encoder: query encoder; must be the one the index was built with. Default None: the
-            index's, rebuilt from its recorded config (``index.meta["encoder_config"]``).
+            index's, rebuilt from its recorded config (``index.meta["encoder_config"]``), on the
+            index's device (as ``device=`` on the command line).
         retrieval: HyperProve hop parameters (``RetrievalConfig()`` by default); fact counts above
             the index's facts are lowered to them (:func:`fit_to_index`, same predictions).
         config: the method's config (a :class:`~hpengine.config.EngineConfig` subclass such as
@@ -80,9 +81,10 @@ class Engine:
     def __init__(self, index, encoder=None, retrieval: RetrievalConfig | None = None,
                  config: EngineConfig | None = None, *, retriever=None, decomposer=None, reader=None):
         if encoder is None:
+            from hpengine.config import EncoderConfig
             from hpengine.models import encoder_for_index
 
-            encoder = encoder_for_index(index.meta)
+            encoder = encoder_for_index(index.meta, EncoderConfig(name_or_path="", device=str(index.device)))
         if index.meta.get("encoder") not in (None, encoder.name):
             raise ValueError(f"index was built with encoder {index.meta.get('encoder')!r} but the engine got "
                              f"{encoder.name!r}; use the same encoder")
