@@ -112,6 +112,11 @@ GROUPS = {"engine": "The retrieval method", "encoder": "Encoder preset", "extrac
 #: keys a command takes besides its schema's: ``command -> {key: (default, doc)}``
 EXTRA_KEYS = {"grag-build": {"lock_timeout": (60.0, "Seconds to wait while another process writes the same "
                                                     "index.")}}
+#: the encoder fields that make an index's embedding space: with the index's own encoder (the preset
+#: ``encoder=index``, the default of eval, ask, delete and update) they are read from the index
+#: (hpengine.models.index_encoder_config), so setting one there would be ignored
+INDEX_ENCODER_FIELDS = ("max_length", "pooling", "normalize", "query_prompt", "passage_prompt", "synonym_threshold",
+                        "link_threshold")
 #: Hydra's command-line flags that take a value (``--cfg job``)
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun", "--shell-completion", "-sc"}
@@ -260,6 +265,8 @@ def check_overrides(command: str, overrides: list) -> None:
     if COMMANDS[command].positional and refusal(command, COMMANDS[command].positional) is None:
         valid.add(COMMANDS[command].positional)
     nodes = _nodes(keys)
+    named = [a for a in overrides if re.match(r"(?:\+\+|\+)?encoder(?:=|\.name_or_path=.)", a)]
+    follows_index = groups.get("encoder", ("",))[0] == "index" and not [a for a in named if a != "encoder=index"]
     for arg in overrides:
         m = OVERRIDE.match(arg)
         if m is None or not (m.group("eq") or arg.startswith("~")):
@@ -267,6 +274,11 @@ def check_overrides(command: str, overrides: list) -> None:
         key = m.group("key").replace("/", ".")
         if key == "hydra" or key.startswith("hydra."):
             continue
+        field = key.split(".", 1)[1] if key.startswith("encoder.") else ""
+        if follows_index and field in INDEX_ENCODER_FIELDS:
+            raise UserError(f"{command} uses the index's own encoder (encoder=index), whose {field} is the index's: "
+                            f"{key}= would be ignored; name the index's encoder (encoder=minilm, encoder=e5-small or "
+                            f"encoder.name_or_path=PATH) to set it (got {arg!r})")
         if key in valid or key in nodes:
             continue
         why = refusal(command, key)
@@ -323,6 +335,14 @@ def _key_line(left: str, doc: str, column: int = 36) -> list:
     return [left.ljust(column) + lines[0].lstrip(), *lines[1:]]
 
 
+def shown_default(command: str, key: Key) -> str:
+    """A key's default as help shows it: ``(the index's)`` for a field of the index's own encoder."""
+    if (key.name.startswith("encoder.") and key.name.split(".", 1)[1] in INDEX_ENCODER_FIELDS
+            and command_groups(command).get("encoder", ("",))[0] == "index"):
+        return "(the index's)"
+    return _shown(key.default)
+
+
 def _shown(value) -> str:
     """A default as ``--help`` shows it: an interpolation of the YAML (``${device}``) as written."""
     return value if isinstance(value, str) and value.startswith("${") else format_value(value)
@@ -349,7 +369,7 @@ def command_help(command: str, method: str | None = None) -> str:
             lines += _key_line(f"{name}={default}", f"{GROUPS[group]}: {' | '.join(options)}{also}.")
     lines += ["", "keys (KEY=DEFAULT):"]
     for key in keys:
-        lines += _key_line(f"{key.name}={_shown(key.default)}", doc_summary(key.doc))
+        lines += _key_line(f"{key.name}={shown_default(command, key)}", doc_summary(key.doc))
     if "engine" in groups:
         lines += ["", f"engine.* are {method or groups['engine'][0]}'s settings; "
                       f"hpengine {command} --help retriever=METHOD lists another method's."]
@@ -417,7 +437,7 @@ def reference_cli() -> str:
         out += ["| key | default | description |", "|---|---|---|"]
         keys = [k for k in command_keys(name) if not k.name.startswith("engine.")]
         for key in keys:
-            out.append(f"| `{key.name}` | {_md_value(key.default)} | {_md(doc_summary(key.doc))} |")
+            out.append(f"| `{key.name}` | `{shown_default(name, key)}` | {_md(doc_summary(key.doc))} |")
         for option in spec.options:
             default, doc = OPTIONS[option]
             out.append(f"| `{option}` | {_md_value(default)} | {_md(doc)} |")

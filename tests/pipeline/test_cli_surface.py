@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from hpengine._commands import COMMANDS, command_keys, conf_dir
+from hpengine._commands import COMMANDS, command_keys, conf_dir, shown_default
 from hpengine.cli import _kept, main
-from hpengine.config import doc_summary, format_value
+from hpengine.config import doc_summary
 from hpengine.graph import builtin_corpus_path, builtin_questions_path
 
 HEAVY = ("torch", "transformers", "hydra", "omegaconf")
@@ -57,8 +57,7 @@ def test_help_lists_the_commands_keys_with_docs_and_defaults(helps, command):
     for key in keys:
         if key.name == COMMANDS[command].positional:
             continue  # the IDX line names it
-        shown = key.default if isinstance(key.default, str) and key.default.startswith("${") else \
-            format_value(key.default)
+        shown = shown_default(command, key)
         assert re.search(rf"^  {re.escape(key.name)}={re.escape(shown)}\s", text, re.M), key.name
         assert " ".join(doc_summary(key.doc).split()) in unwrapped, key.name
     assert "defaults:" not in text and "_target_" not in text  # not a YAML dump
@@ -143,6 +142,9 @@ def test_an_unknown_key_names_the_closest_in_one_line(capsys, tmp_path, monkeypa
     (["add", "IDX", "corpus=c.json", "grag.build=true"], "add does not take grag.build="),
     (["add", "IDX", "corpus=c.json", "shard_size=5"], "add does not take shard_size="),
     (["add", "IDX", "corpus=c.json", "overwrite=true"], "overwrite= applies to index and demo only"),
+    (["eval", "IDX", "questions=q.json", "encoder.max_length=64"], "encoder.max_length= would be ignored"),
+    (["ask", "IDX", "Who?", "encoder=index", "encoder.pooling=cls"], "encoder.pooling= would be ignored"),
+    (["update", "IDX", "corpus=c.json", "encoder.query_prompt=q"], "encoder.query_prompt= would be ignored"),
     (["eval", "A", "B", "questions=q.json"], "eval takes one index folder"),
     (["eval", "A", "index=B", "questions=q.json"], "got 'A' and index='B'"),
     (["demo", "somewhere"], "demo takes no positional argument"),
