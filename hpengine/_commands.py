@@ -117,6 +117,10 @@ EXTRA_KEYS = {"grag-build": {"lock_timeout": (60.0, "Seconds to wait while anoth
 #: (hpengine.models.index_encoder_config), so setting one there would be ignored
 INDEX_ENCODER_FIELDS = ("max_length", "pooling", "normalize", "query_prompt", "passage_prompt", "synonym_threshold",
                         "link_threshold")
+#: the ``retrieval.*`` fields of the dense search, which every method uses; the others are the
+#: HyperProve hop's, used by the methods that run one
+DENSE_SEARCH_FIELDS = ("seed_backend", "approximate_min_keys", "faiss_nlist", "faiss_nprobe", "faiss_codes")
+HOP_METHODS = ("hyperprove", "fusion")
 #: Hydra's command-line flags that take a value (``--cfg job``)
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun", "--shell-completion", "-sc"}
@@ -202,7 +206,14 @@ def command_keys(command: str, method: str | None = None) -> list:
         nested["engine"] = methods.get(method or presets.get("engine", ""), methods["hyperprove"])
     keys = [k._replace(default=values.get(k.name, k.default)) for k in config_keys(spec.schema, nested=nested)]
     keys += [Key(name, default, spec.schema, doc) for name, (default, doc) in EXTRA_KEYS.get(command, {}).items()]
-    return [k for k in keys if refusal(command, k.name) is None]
+    picked = method or presets.get("engine", "")
+    return [k for k in keys if refusal(command, k.name) is None and not _unused_hop_key(k.name, picked)]
+
+
+def _unused_hop_key(key: str, method: str) -> bool:
+    """Whether ``key`` is a HyperProve hop setting that ``method`` (one that runs no hop) never reads."""
+    return (bool(method) and method not in HOP_METHODS and key.startswith("retrieval.")
+            and key.split(".", 1)[1] not in DENSE_SEARCH_FIELDS)
 
 
 def refusal(command: str, key: str) -> str | None:
@@ -255,12 +266,14 @@ def check_overrides(command: str, overrides: list) -> None:
     from hpengine.errors import UserError
 
     groups = command_groups(command)
-    method = method_of(command, overrides) if "engine" in groups else None
+    picked = method_of(command, overrides).split(",") if "engine" in groups else [None]  # a,b: a -m sweep
     methods = method_configs()
-    if method is not None and method not in methods:
-        raise UserError(f"retriever= must be one of {', '.join(sorted(methods))}{closest(method, methods)} "
-                        f"(got {method!r})")
-    keys = command_keys(command, method)
+    for method in picked:
+        if method is not None and method not in methods:
+            raise UserError(f"retriever= must be one of {', '.join(sorted(methods))}{closest(method, methods)} "
+                            f"(got {method!r})")
+    method = picked[0] if len(picked) == 1 else HOP_METHODS[0] if set(picked) & set(HOP_METHODS) else picked[0]
+    keys = [k for m in picked for k in command_keys(command, m)]
     valid = {k.name for k in keys} | set(groups) | ({"retriever"} if "engine" in groups else set())
     if COMMANDS[command].positional and refusal(command, COMMANDS[command].positional) is None:
         valid.add(COMMANDS[command].positional)
@@ -279,6 +292,9 @@ def check_overrides(command: str, overrides: list) -> None:
             raise UserError(f"{command} uses the index's own encoder (encoder=index), whose {field} is the index's: "
                             f"{key}= would be ignored; name the index's encoder (encoder=minilm, encoder=e5-small or "
                             f"encoder.name_or_path=PATH) to set it (got {arg!r})")
+        if method is not None and _unused_hop_key(key, method):
+            raise UserError(f"{key}= is a setting of HyperProve's hop, which retriever={method} does not run: it "
+                            f"would be ignored (got {arg!r})")
         if key in valid or key in nodes:
             continue
         why = refusal(command, key)

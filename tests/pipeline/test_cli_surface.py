@@ -80,6 +80,7 @@ def test_help_shows_overwrite_where_taken_and_no_refused_key(helps):
 def test_help_of_another_method_lists_its_settings(capsys):
     status, out, _ = run(capsys, "eval", "--help", "retriever=ppr")
     assert status == 0 and re.search(r"^  engine\.damping=0\.5\s", out, re.M) and "engine.num_hops" not in out
+    assert "retrieval.faiss_nprobe=" in out and "retrieval.top_k=" not in out  # PPR runs no HyperProve hop
     status, out, _ = run(capsys, "eval", "--help")
     assert re.search(r"^  engine\.num_hops=2\s", out, re.M) and "engine.damping" not in out
 
@@ -145,6 +146,8 @@ def test_an_unknown_key_names_the_closest_in_one_line(capsys, tmp_path, monkeypa
     (["eval", "IDX", "questions=q.json", "encoder.max_length=64"], "encoder.max_length= would be ignored"),
     (["ask", "IDX", "Who?", "encoder=index", "encoder.pooling=cls"], "encoder.pooling= would be ignored"),
     (["update", "IDX", "corpus=c.json", "encoder.query_prompt=q"], "encoder.query_prompt= would be ignored"),
+    (["eval", "IDX", "questions=q.json", "retriever=dense", "retrieval.top_k=3"], "retriever=dense does not run"),
+    (["demo", "retriever=ppr,grag", "retrieval.alpha=0.5"], "retriever=ppr does not run"),
     (["eval", "A", "B", "questions=q.json"], "eval takes one index folder"),
     (["eval", "A", "index=B", "questions=q.json"], "got 'A' and index='B'"),
     (["demo", "somewhere"], "demo takes no positional argument"),
