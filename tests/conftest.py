@@ -6,11 +6,22 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: This test process's temporary files: tempfile's, and through TMPDIR those of the processes the
+#: tests start (the CLI, torchrun's logs), from the first test on (:func:`_private_temp_dir`), and
+#: torch's compile cache, which importing torch._dynamo makes, from now on. Removed at the end, so a
+#: run leaves nothing in the system's temporary directory; pytest's tmp_path folders stay where
+#: pytest keeps them (a passing run removes them, pytest.ini).
+PRIVATE_TMP = Path(tempfile.mkdtemp(prefix="hpengine-tests-"))
+LIBRARY_CACHES = {"torchinductor": "TORCHINDUCTOR_CACHE_DIR"}
+for _name, _variable in LIBRARY_CACHES.items():
+    os.environ.setdefault(_variable, str(PRIVATE_TMP / _name))
+
+import torch  # noqa: E402 - after the cache folders are set
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -28,25 +39,24 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_temp_dir(tmp_path_factory):
-    """This test process's temporary files (tempfile's, and through TMPDIR those of the processes
-    the tests start: the CLI, torchrun's logs) go to a folder of its own, removed at the end, so a
-    run leaves nothing in the system's temporary directory; pytest's tmp_path folders stay where
-    pytest keeps them (a passing run removes them, pytest.ini). What a test left there instead of
-    in tmp_path is named in a warning."""
+    """Temporary files go to :data:`PRIVATE_TMP`; what a test left there instead of in tmp_path is
+    named in a warning."""
     tmp_path_factory.getbasetemp()  # made first, in the system's temporary directory
-    private = Path(tempfile.mkdtemp(prefix="hpengine-tests-"))
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"] = tempfile.tempdir = str(private)
-    yield private
+    os.environ["TMPDIR"] = tempfile.tempdir = str(PRIVATE_TMP)
+    yield PRIVATE_TMP
     if saved[0] is None:
         os.environ.pop("TMPDIR", None)
     else:
         os.environ["TMPDIR"] = saved[0]
     tempfile.tempdir = saved[1]
-    left = sorted(p.name for p in private.iterdir())
-    shutil.rmtree(private, ignore_errors=True)
+    left = sorted(p.name for p in PRIVATE_TMP.iterdir() if p.name not in LIBRARY_CACHES)
     if left:
         warnings.warn(f"tests left temporary files outside tmp_path (removed; use tmp_path): {', '.join(left)}")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(PRIVATE_TMP, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
