@@ -121,6 +121,17 @@ INDEX_ENCODER_FIELDS = ("max_length", "pooling", "normalize", "query_prompt", "p
 #: HyperProve hop's, used by the methods that run one
 DENSE_SEARCH_FIELDS = ("seed_backend", "approximate_min_keys", "faiss_nlist", "faiss_nprobe", "faiss_codes")
 HOP_METHODS = ("hyperprove", "fusion")
+#: keys read only when another setting is on: ``prefix -> (what turns them on, the keys that do)``;
+#: without it a key under ``prefix`` would be ignored (the key that turns it on is not among them)
+CONDITIONAL = {
+    "model.": ("an LLM (model=qwen1.5b or model.llm=PATH)", ("model", "model.llm")),
+    "extractor.llm_": ("the LLM extractor (extractor=llm)", ("extractor", "extractor.kind")),
+    "extractor.cache_dir": ("the LLM extractor (extractor=llm)", ("extractor", "extractor.kind")),
+    "extractor.on_reject": ("the LLM extractor (extractor=llm)", ("extractor", "extractor.kind")),
+    "grag.": ("grag.build=true", ("grag.build",)),
+}
+_OFF = {"model": ("none", ""), "model.llm": ("", "null"), "extractor": ("fast",), "extractor.kind": ("fast",),
+        "grag.build": ("false", "0", "no", "off")}
 #: Hydra's command-line flags that take a value (``--cfg job``)
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun", "--shell-completion", "-sc"}
@@ -210,6 +221,22 @@ def command_keys(command: str, method: str | None = None) -> list:
     return [k for k in keys if refusal(command, k.name) is None and not _unused_hop_key(k.name, picked)]
 
 
+def _switched_off(command: str, key: str, overrides: list) -> str:
+    """What ``key`` needs turned on (:data:`CONDITIONAL`) when the command line leaves it off, else ``""``."""
+    for prefix, (what, switches) in CONDITIONAL.items():
+        if not key.startswith(prefix) or key in switches:
+            continue
+        presets = conf_defaults(COMMANDS[command].conf)[0] if COMMANDS[command].conf else {}
+        defaults = {k.name: k.default for k in command_keys(command)}
+        for switch in switches:
+            given = [a.split("=", 1)[1] for a in overrides if re.match(rf"(?:\+\+|\+)?{re.escape(switch)}=", a)]
+            value = given[-1] if given else presets.get(switch, defaults.get(switch))
+            if value is None or "," in str(value) or str(value).strip().lower() not in _OFF[switch]:
+                return ""  # on (or swept over): the key is read
+        return what
+    return ""
+
+
 def _unused_hop_key(key: str, method: str) -> bool:
     """Whether ``key`` is a HyperProve hop setting that ``method`` (one that runs no hop) never reads."""
     return (bool(method) and method not in HOP_METHODS and key.startswith("retrieval.")
@@ -292,6 +319,10 @@ def check_overrides(command: str, overrides: list) -> None:
             raise UserError(f"{command} uses the index's own encoder (encoder=index), whose {field} is the index's: "
                             f"{key}= would be ignored; name the index's encoder (encoder=minilm, encoder=e5-small or "
                             f"encoder.name_or_path=PATH) to set it (got {arg!r})")
+        why_off = _switched_off(command, key, overrides)
+        if why_off:
+            raise UserError(f"{key}= is read only with {why_off}, which this command line does not turn on: it "
+                            f"would be ignored (got {arg!r})")
         if method is not None and _unused_hop_key(key, method):
             raise UserError(f"{key}= is a setting of HyperProve's hop, which retriever={method} does not run: it "
                             f"would be ignored (got {arg!r})")

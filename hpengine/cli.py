@@ -225,6 +225,10 @@ def job_config(cfg):
     except (ValueError, TypeError, OmegaConfBaseException) as exc:  # __post_init__ checks, missing values
         raise UserError(_one_line(exc)) from exc
     _check_devices(obj)
+    extractor = getattr(obj, "extractor", None)
+    if extractor is not None and extractor.kind == "llm" and not extractor.llm_model:
+        raise UserError("extractor=llm needs extractor.llm_model=PATH, a local HF checkpoint folder (or the "
+                        "HPENGINE_LLM environment variable) (got '')")
     return obj
 
 

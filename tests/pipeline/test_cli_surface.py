@@ -148,12 +148,17 @@ def test_an_unknown_key_names_the_closest_in_one_line(capsys, tmp_path, monkeypa
     (["update", "IDX", "corpus=c.json", "encoder.query_prompt=q"], "encoder.query_prompt= would be ignored"),
     (["eval", "IDX", "questions=q.json", "retriever=dense", "retrieval.top_k=3"], "retriever=dense does not run"),
     (["demo", "retriever=ppr,grag", "retrieval.alpha=0.5"], "retriever=ppr does not run"),
+    (["ask", "IDX", "Who?", "model.batch_size=4"], "model.batch_size= is read only with an LLM"),
+    (["demo", "extractor.llm_batch_size=4"], "is read only with the LLM extractor"),
+    (["index", "IDX", "corpus=c.json", "grag.triples=llm"], "is read only with grag.build=true"),
+    (["demo", "extractor=llm"], "extractor=llm needs extractor.llm_model=PATH"),
     (["eval", "A", "B", "questions=q.json"], "eval takes one index folder"),
     (["eval", "A", "index=B", "questions=q.json"], "got 'A' and index='B'"),
     (["demo", "somewhere"], "demo takes no positional argument"),
 ])
 def test_a_key_the_command_would_ignore_is_refused(capsys, tmp_path, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HPENGINE_LLM", raising=False)  # conf/extractor/llm.yaml's default model
     status, _, err = run(capsys, *args)
     assert status == 2 and err.count("\n") == 1 and needle in err, err
 
