@@ -1,7 +1,7 @@
 """hpengine: a PyTorch-native tensor retrieval engine for multi-hop question answering.
 
 The user's face: the index (:func:`build_index`, :func:`open_index`, :func:`add`, :func:`delete`,
-:func:`update`), :class:`Engine` (``engine.ask`` answers with passages and the evidence chain),
+:func:`update`, :func:`add_grag`), :class:`Engine` (``engine.ask`` answers with passages and the evidence chain),
 :func:`evaluate` and :func:`write_report`, the built-in demo set (:func:`demo_corpus`,
 :func:`demo_questions`), the typed configuration dataclasses (the one source of defaults) and
 :class:`HyperGraph`. Each function does what the command of the same task does
@@ -40,6 +40,7 @@ _EXPORTS = {
     "Answer": "hpengine.pipeline",
     "ScoredPassage": "hpengine.pipeline",
     "add": "hpengine._api",
+    "add_grag": "hpengine._api",
     "build_index": "hpengine._api",
     "delete": "hpengine._api",
     "demo_corpus": "hpengine._api",
@@ -54,8 +55,8 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.config import (DenseConfig, EncoderConfig, EngineConfig, EvalConfig, ExtractorConfig, FusionConfig,
                                  GragConfig, GraphConfig, HyperProveConfig, IndexConfig, ModelConfig, PPRConfig,
                                  RetrievalConfig)
-    from hpengine._api import (add, build_index, delete, demo_corpus, demo_questions, evaluate, open_index, update,
-                               write_report)
+    from hpengine._api import (add, add_grag, build_index, delete, demo_corpus, demo_questions, evaluate, open_index,
+                               update, write_report)
     from hpengine.graph import HyperGraph
     from hpengine.pipeline import Answer, Engine, ScoredPassage
 
@@ -79,6 +80,7 @@ __all__ = [
     "ScoredPassage",
     "__version__",
     "add",
+    "add_grag",
     "build_index",
     "delete",
     "demo_corpus",

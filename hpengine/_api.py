@@ -8,6 +8,7 @@ command line                                Python
 ``hpengine add IDX corpus=FILE``            ``index = hpengine.add(IDX, FILE)``
 ``hpengine delete IDX titles=[...]``        ``index = hpengine.delete(IDX, titles=[...])``
 ``hpengine update IDX corpus=FILE``         ``index = hpengine.update(IDX, FILE)``
+``hpengine grag-build IDX``                  ``index = hpengine.add_grag(IDX)``
 ``hpengine ask IDX "question"``             ``hpengine.Engine(hpengine.open_index(IDX)).ask("question")``
 ``hpengine eval IDX questions=FILE``        ``result = hpengine.evaluate(engine, FILE)``
 ``hpengine report run.json out=page.html``  ``hpengine.write_report([result], "page.html")``
@@ -25,7 +26,7 @@ import dataclasses
 import json
 import os
 
-from hpengine.config import EditJobConfig, EvalConfig, IndexConfig
+from hpengine.config import EditJobConfig, EvalConfig, GragBuildConfig, IndexConfig
 
 
 def demo_corpus() -> list:
@@ -209,7 +210,7 @@ def delete(path, *, titles=None, ids=None, records=None, progress: bool = False,
 
     Returns:
         the new :class:`~hpengine.graph.Index`. GRAG parts, if the index had any, are dropped and
-        marked stale (``hpengine grag-build`` rebuilds them).
+        marked stale (:func:`add_grag` rebuilds them).
 
     Raises:
         UserError: nothing named, a name that matches no passage, or every passage named; the
@@ -262,6 +263,37 @@ def update(path, records, *, ids=None, progress: bool = False, **settings):
     corpus_path, loaded = _corpus(records)
     cfg = _settings(EditJobConfig, None, settings, {"out": os.fspath(path), "corpus": corpus_path, "ids": ids})
     return run_update(cfg, progress=progress, loaded=loaded)[0]
+
+
+def add_grag(path, *, progress: bool = False, lock_timeout: float = 60.0, **settings):
+    """Build GRAG-MH's parts of the saved index at ``path`` and commit them (``hpengine grag-build``):
+    the triples of every fact, Louvain communities and one summary node per community, which
+    ``retriever="grag"`` needs. An edit (add, delete, update) drops them; this rebuilds them.
+
+    Args:
+        path: the index folder.
+        progress: progress bars. Default False.
+        lock_timeout: seconds to wait while another process writes the index. Default 60.
+        **settings: :class:`~hpengine.config.GragBuildConfig` fields, e.g. ``triples="llm"`` with
+            ``llm_model=PATH``, ``summarizer=MODEL`` (abstractive summaries).
+
+    Returns:
+        the new :class:`~hpengine.graph.Index` (``index.grag`` holds the parts).
+
+    Example:
+        >>> import tempfile, hpengine
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     _ = build_index(demo_corpus()[:4], f"{tmp}/index")
+        ...     index = add_grag(f"{tmp}/index")
+        ...     answer = hpengine.Engine(index, retriever="grag").ask("Who directed The Salt Lanterns?")
+        >>> index.grag is not None, answer.passages[0].title
+        (True, 'The Salt Lanterns')
+    """
+    from hpengine.jobs import run_grag_build
+
+    cfg = _settings(GragBuildConfig, None, settings, {})
+    run_grag_build(os.fspath(path), cfg, progress=progress, lock_timeout=lock_timeout)
+    return open_index(path, device=cfg.device)
 
 
 def evaluate(engine, questions, *, output=None, config: EvalConfig | None = None, progress: bool = False,

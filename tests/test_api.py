@@ -72,8 +72,8 @@ def test_build_index_refuses_an_index_without_overwrite(index_dir):
 
 
 def test_records_follow_the_corpus_file_rules(tmp_path):
-    records = [{"title": " A ", "text": "Alpha is a river in Sarn."}, {"title": "A", "text": "Alpha is a river in Sarn."},
-               {"title": "B", "text": "   "}]
+    records = [{"title": " A ", "text": "Alpha is a river in Sarn."},
+               {"title": "A", "text": "Alpha is a river in Sarn."}, {"title": "B", "text": "   "}]
     index = hpengine.build_index(records, tmp_path / "index")
     assert [(p.title, p.text) for p in index.passages] == [("A", "Alpha is a river in Sarn.")]
     report = index.meta["build_report"]["corpus_report"]

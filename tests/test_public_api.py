@@ -8,8 +8,8 @@ def test_top_level_exports():
         "EvalConfig", "ExtractorConfig", "GraphConfig", "HyperGraph", "IndexConfig", "ModelConfig", "RetrievalConfig",
         "FusionConfig", "__version__",
         # the face (hpengine/_api.py): the index, asking, evaluating, the report, the demo set
-        "Answer", "ScoredPassage", "add", "build_index", "delete", "demo_corpus", "demo_questions", "evaluate",
-        "open_index", "update", "write_report"}
+        "Answer", "ScoredPassage", "add", "add_grag", "build_index", "delete", "demo_corpus", "demo_questions",
+        "evaluate", "open_index", "update", "write_report"}
     assert isinstance(hpengine.__version__, str)
     for name in hpengine.__all__:  # every name resolves (the exports load on first use)
         assert getattr(hpengine, name) is not None
@@ -19,8 +19,8 @@ def test_top_level_exports():
 
 def test_face_functions_document_an_example():
     """Each function of the face carries a Google-style docstring with an example (run as a doctest)."""
-    for name in ("add", "build_index", "delete", "demo_corpus", "demo_questions", "evaluate", "open_index", "update",
-                 "write_report"):
+    for name in ("add", "add_grag", "build_index", "delete", "demo_corpus", "demo_questions", "evaluate", "open_index",
+                 "update", "write_report"):
         doc = getattr(hpengine, name).__doc__
         assert "Example:" in doc and ">>> " in doc, name
     assert ">>> " in hpengine.Engine.ask.__doc__
