@@ -8,7 +8,7 @@ command line                                Python
 ``hpengine add IDX corpus=FILE``            ``index = hpengine.add(IDX, FILE)``
 ``hpengine delete IDX titles=[...]``        ``index = hpengine.delete(IDX, titles=[...])``
 ``hpengine update IDX corpus=FILE``         ``index = hpengine.update(IDX, FILE)``
-``hpengine grag-build IDX``                  ``index = hpengine.add_grag(IDX)``
+``hpengine grag-build IDX``                 ``index = hpengine.add_grag(IDX)``
 ``hpengine ask IDX "question"``             ``hpengine.Engine(hpengine.open_index(IDX)).ask("question")``
 ``hpengine eval IDX questions=FILE``        ``result = hpengine.evaluate(engine, FILE)``
 ``hpengine report run.json out=page.html``  ``hpengine.write_report([result], "page.html")``
@@ -23,6 +23,7 @@ index's writer lock, as the commands do (they run the same jobs, :mod:`hpengine.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 
@@ -71,7 +72,10 @@ def _settings(cls, base, settings: dict, fixed: dict):
     names = {f.name for f in dataclasses.fields(cls)} - set(fixed)
     unknown = sorted(set(settings) - names)
     if unknown:
-        raise TypeError(f"unknown setting {unknown[0]!r}; {cls.__name__} takes {sorted(names)} (got {unknown[0]}=...)")
+        close = difflib.get_close_matches(unknown[0], sorted(names), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise TypeError(f"unknown setting {unknown[0]!r}{hint}; {cls.__name__} takes {sorted(names)} "
+                        f"(got {unknown[0]}=...)")
     values = {**settings, **fixed}
     if "device" in settings:  # as device= on the command line: every part left on its default device follows
         for f in dataclasses.fields(cls):
