@@ -66,8 +66,9 @@ class CandidateRanker(torch.nn.Module):
 
 
 def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
-    """Mean over the questions with a gold candidate of ``-log`` of the softmax mass on the gold
-    candidates (questions without one add nothing).
+    """Cross-entropy of the softmax over a question's candidates against the uniform distribution
+    on its gold candidates (every gold passage pulled up, not only the easiest one), averaged over
+    the questions with a gold candidate (the others add nothing).
 
     Shapes:
         scores float ``[Q, C]`` (``-inf`` where not valid), gold and valid bool ``[Q, C]`` -> scalar.
@@ -78,12 +79,13 @@ def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
         0.1269
     """
     gold = gold & valid
-    has = gold.any(1)
+    count = gold.sum(1)
+    has = count > 0
     if not bool(has.any()):
         return scores.sum() * 0.0
-    on_gold = torch.logsumexp(scores.masked_fill(~gold, float("-inf")), dim=1)
-    on_all = torch.logsumexp(scores, dim=1)
-    return (on_all - on_gold)[has].mean()
+    log_p = scores - torch.logsumexp(scores, dim=1, keepdim=True)
+    on_gold = torch.where(gold, log_p, torch.zeros_like(log_p)).sum(1)
+    return (-on_gold[has] / count[has]).mean()
 
 
 def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 32, epochs: int = 300,

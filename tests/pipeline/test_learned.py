@@ -111,3 +111,15 @@ def test_listwise_loss_ignores_questions_without_gold():
     valid = torch.ones(2, 2, dtype=torch.bool)
     want = torch.logsumexp(scores[0], 0) - scores[0, 1]
     torch.testing.assert_close(listwise_loss(scores, gold, valid), want)
+
+
+def test_listwise_loss_pulls_up_every_gold_candidate():
+    """Two gold candidates: the loss is the mean of their -log softmax, so a ranking with one gold
+    on top and the other last costs more than one with both near the top."""
+    valid = torch.ones(1, 4, dtype=torch.bool)
+    gold = torch.tensor([[True, True, False, False]])
+    one_up = torch.tensor([[9.0, -9.0, 0.0, 0.0]])
+    both_up = torch.tensor([[3.0, 3.0, 0.0, 0.0]])
+    assert float(listwise_loss(one_up, gold, valid)) > float(listwise_loss(both_up, gold, valid))
+    log_p = torch.log_softmax(both_up, 1)[0]
+    torch.testing.assert_close(listwise_loss(both_up, gold, valid), -(log_p[0] + log_p[1]) / 2)

@@ -1,0 +1,159 @@
+"""Cross-validated recall of the learned ranker (retriever=learned) beside the fusion and its
+members, on the same candidates: k-fold (train on the other folds of every dataset, score the held
+fold) and leave one dataset out (train on the others, score it). No question is scored by a model
+that saw it.
+
+    python benchmarks/analysis/learned_cv.py --set musique=IDX_M:QUESTIONS_M --set 2wikimultihopqa=IDX_W:QUESTIONS_W \\
+        --set hotpotqa=IDX_H:QUESTIONS_H --label minilm
+
+The candidates and features of each set are computed once and kept beside the results
+(``benchmarks/results/learned/<label>_<set>.safetensors``; ``--reuse`` reads them again).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
+from _harness import RESULTS, write_json  # noqa: E402
+
+FIELDS = ("candidates", "features", "valid", "gold", "num_gold")
+MEMBERS = ("dense", "hyperprove", "ppr")
+
+
+def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool, max_questions: int):
+    from safetensors.torch import load_file, save_file
+
+    from hpengine.config import EvalJobConfig, LearnedConfig
+    from hpengine.eval import load_questions
+    from hpengine.jobs import make_engine
+    from hpengine.pipeline import RankerExamples, ranker_examples
+
+    if reuse and cache.exists():
+        t = load_file(str(cache))
+        return RankerExamples(*(t[f] for f in FIELDS)), 0.0
+    engine = make_engine(EvalJobConfig(index=index, engine=LearnedConfig()))
+    qs = load_questions(questions)
+    qs = qs[:max_questions] if max_questions else qs
+    start = time.perf_counter()
+    ex = ranker_examples(engine, qs, batch_size=64,
+                         progress=lambda d, n: print(f"\r{name}: {d}/{n}", end="", file=sys.stderr))
+    seconds = time.perf_counter() - start
+    print(file=sys.stderr)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    save_file({f: getattr(ex, f).contiguous() for f in FIELDS}, str(cache))
+    return ex, seconds
+
+
+def folds_of(n: int, k: int, seed: int) -> list:
+    rows = list(range(n))
+    random.Random(seed).shuffle(rows)
+    return [sorted(rows[i::k]) for i in range(k)]
+
+
+def order_by(examples, feature: str):
+    from hpengine.pipeline.retrievers import FEATURES
+
+    rr = examples.features[..., FEATURES.index(feature)].masked_fill(~examples.valid, -1.0)
+    return torch.sort(rr, dim=1, descending=True, stable=True).indices
+
+
+def scores(order, examples) -> dict:
+    from hpengine.pipeline import recall_at
+
+    return {f"recall@{k}": round(recall_at(order, examples, k), 4) for k in (2, 5, 10)}
+
+
+def run(args) -> dict:
+    from hpengine.pipeline import RankerExamples, fusion_order, rank_candidates, train_ranker
+
+    torch.set_num_threads(args.threads)
+    sets, seconds = {}, {}
+    for spec in args.set:
+        name, _, rest = spec.partition("=")
+        index, _, questions = rest.partition(":")
+        cache = RESULTS / "learned" / f"{args.label}_{name}.safetensors"
+        sets[name], seconds[name] = examples_of(name, index, questions, cache, args.reuse, args.max_questions)
+    out = {"label": args.label, "folds": args.folds, "seed": args.seed, "models": {}, "sets": {},
+           "candidate_seconds": seconds}
+    for name, ex in sets.items():
+        row = {"questions": len(ex), "fusion": scores(fusion_order(ex), ex)}
+        for m in MEMBERS:
+            row[m] = scores(order_by(ex, f"rr_{m}"), ex)
+        has = ex.num_gold > 0
+        row["gold_in_candidates"] = round(float((ex.gold.sum(1).float()[has] / ex.num_gold[has]).mean()), 4)
+        out["sets"][name] = row
+    for hidden in args.hidden:
+        key = f"hidden{hidden}"
+        res = {}
+        folds = {name: folds_of(len(ex), args.folds, args.seed) for name, ex in sets.items()}
+        orders = {name: torch.zeros_like(ex.candidates) for name, ex in sets.items()}
+        for f in range(args.folds):  # k-fold over every dataset at once
+            train = RankerExamples.concat([ex.subset([r for g, fold in enumerate(folds[n]) if g != f for r in fold])
+                                           for n, ex in sets.items()])
+            model = train_ranker(train, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
+            for n, ex in sets.items():
+                held = ex.subset(folds[n][f])
+                orders[n][folds[n][f]] = _pad(rank_candidates(model, held), ex.candidates.shape[1])
+        for n, ex in sets.items():
+            res[n] = {"cv": scores(orders[n], ex)}
+        if len(sets) > 1:
+            for n, ex in sets.items():  # leave one dataset out
+                train = RankerExamples.concat([e for m, e in sets.items() if m != n])
+                model = train_ranker(train, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
+                res[n]["lodo"] = scores(_pad(rank_candidates(model, ex), ex.candidates.shape[1]), ex)
+        out["models"][key] = res
+    return out
+
+
+def _pad(order, width: int):
+    return order if order.shape[1] == width else torch.cat(
+        [order, torch.arange(order.shape[1], width).expand(order.shape[0], -1)], dim=1)
+
+
+def table(out: dict) -> str:
+    lines = [f"learned ranker, {out['label']}: R@2 / R@5, {out['folds']}-fold CV and leave-one-dataset-out"]
+    names = list(out["sets"])
+    head = "| method | " + " | ".join(names) + " |"
+    lines += [head, "|" + "---|" * (len(names) + 1)]
+
+    def cell(r):
+        return f"{r['recall@2']:.3f} / {r['recall@5']:.3f}"
+
+    for m in (*MEMBERS, "fusion"):
+        lines.append(f"| {m} | " + " | ".join(cell(out["sets"][n][m]) for n in names) + " |")
+    for key, res in out["models"].items():
+        lines.append(f"| learned {key}, CV | " + " | ".join(cell(res[n]["cv"]) for n in names) + " |")
+        if all("lodo" in res[n] for n in names):
+            lines.append(f"| learned {key}, LODO | " + " | ".join(cell(res[n]["lodo"]) for n in names) + " |")
+    lines.append("| gold in candidates | " + " | ".join(f"{out['sets'][n]['gold_in_candidates']:.3f}" for n in names)
+                 + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--set", action="append", required=True, help="NAME=INDEX:QUESTIONS (repeat)")
+    p.add_argument("--label", default="run")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--hidden", type=int, nargs="+", default=[0, 32])
+    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-questions", type=int, default=0)
+    p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
+    args = p.parse_args(argv)
+    out = run(args)
+    path = write_json(out, RESULTS / "learned" / f"cv_{args.label}.json")
+    print(table(out))
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
