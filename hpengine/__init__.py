@@ -1,14 +1,13 @@
 """hpengine: a PyTorch-native tensor retrieval engine for multi-hop question answering.
 
 The user's face: the index (:func:`build_index`, :func:`open_index`, :func:`add`, :func:`delete`,
-:func:`update`, :func:`add_grag`), :class:`Engine` (``engine.ask`` answers with passages and the evidence chain),
-:func:`evaluate` and :func:`write_report`, the built-in demo set (:func:`demo_corpus`,
-:func:`demo_questions`), the typed configuration dataclasses (the one source of defaults) and
-:class:`HyperGraph`. Each function does what the command of the same task does
+:func:`update`, :func:`add_grag`), :class:`Engine` (``engine.ask`` answers with passages and the
+evidence chain), :func:`evaluate` and :func:`write_report`, the built-in demo set
+(:func:`demo_corpus`, :func:`demo_questions`), the typed configuration dataclasses (the one source
+of defaults) and :class:`HyperGraph`. Each function does what the command of the same task does
 (:mod:`hpengine._api`). Everything else lives in the subpackages (``hpengine.graph``,
 ``hpengine.sparse``, ``hpengine.retrieval``, ``hpengine.models``, ``hpengine.pipeline``,
 ``hpengine.eval``, ``hpengine.nn``).
-
 
 The exports load on first use (PEP 562), so ``import hpengine.config`` or the command line's
 ``--help`` does not pay for torch and transformers.
