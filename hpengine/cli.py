@@ -137,8 +137,8 @@ def _with_positional_index(command: str, args: list) -> list:
                           f"(got {' '.join(repr(p) for p in extra)})")
     given = [a.split("=", 1)[1] for a in rest if re.match(rf"(?:\+\+|\+)?{key}=", a)]
     if given and given[-1] != positional[0]:
-        raise _user_error(f"{command} takes one index folder, as its first argument or as {key}= (got {positional[0]!r} "
-                          f"and {key}={given[-1]!r})")
+        raise _user_error(f"{command} takes one index folder, as its first argument or as {key}= "
+                          f"(got {positional[0]!r} and {key}={given[-1]!r})")
     return [f"{key}={positional[0]}", *[a for a in rest if not re.match(rf"(?:\+\+|\+)?{key}=", a)]]
 
 
