@@ -23,6 +23,13 @@ for _name, _variable in LIBRARY_CACHES.items():
 
 import torch  # noqa: E402 - after the cache folders are set
 
+# One thread for torch's ops in every test process: the suite runs a worker per core (pytest.ini), so
+# more would oversubscribe the cores, and on a shared machine an OpenMP region whose second thread is
+# descheduled costs milliseconds per op on the small tensors tested here (tests/models' sampling and
+# generation files: 34-72 s on 2 threads, 12-14 s on 1, 2 busy cores). A file run alone computes
+# with the same thread count as in the suite. The processes the tests start keep torch's default.
+torch.set_num_threads(1)
+
 
 def pytest_xdist_auto_num_workers(config):
     """The workers of ``-n auto`` (pytest.ini). The suite is mostly single-threaded start-ups and

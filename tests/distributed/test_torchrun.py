@@ -28,9 +28,10 @@ HPENGINE = shutil.which("hpengine") or str(Path(sys.executable).with_name("hpeng
 QUERY_ENCODER = EncoderConfig(name_or_path="", dtype="float32")
 
 
-def torchrun(*args, env=None, nproc=2):
+def torchrun(*args, logs, env=None, nproc=2):
+    """``hpengine ARGS`` under torchrun; its per-run log folders go under ``logs`` (a tmp_path)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "--no-python", HPENGINE, *args]
+           f"--log-dir={logs}", "--no-python", HPENGINE, *args]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=600)
 
@@ -62,7 +63,7 @@ def test_two_ranks_write_what_one_process_writes(one_process, retriever):
                            engine=get_retriever(retriever).config_class(), eval=EvalConfig(batch_size=5),
                            encoder=QUERY_ENCODER),
              progress=False)
-    run = torchrun("eval", *args, f"output={double}")
+    run = torchrun("eval", *args, f"output={double}", logs=root / "logs")
     assert run.returncode == 0, run.stderr[-3000:]
     a, b = json.loads(single.read_text()), json.loads(double.read_text())
     assert json.dumps(a["records"]) == json.dumps(b["records"])  # byte for byte, in order
@@ -84,7 +85,7 @@ def test_killed_torchrun_eval_resumes_from_its_checkpoint(one_process):
                                     eval=EvalConfig(batch_size=2), encoder=QUERY_ENCODER), progress=False)
     args = [f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=2",
             f"eval.checkpoint={ckpt}", f"output={out}", "encoder.dtype=float32"]
-    killed = torchrun("eval", *args, env={"HPENGINE_TEST_FAIL_RANK": "1:1"})
+    killed = torchrun("eval", *args, logs=root / "logs", env={"HPENGINE_TEST_FAIL_RANK": "1:1"})
     # a failing rank fails the run, every rank reports it, and no output (or temporary) is written
     assert killed.returncode != 0
     assert "rank 1 failed: RuntimeError: HPENGINE_TEST_FAIL_RANK=1:1" in killed.stderr
@@ -95,7 +96,7 @@ def test_killed_torchrun_eval_resumes_from_its_checkpoint(one_process):
 
     assert positions(ckpt) == [[0, 1], [4, 5], [8, 9]]  # rank 0 ran all of its batches
     assert positions(ckpt.with_name("run.jsonl.rank1")) == [[2, 3]]  # rank 1 died before [6, 7]
-    run = torchrun("eval", *args)
+    run = torchrun("eval", *args, logs=root / "logs")
     assert run.returncode == 0, run.stderr[-3000:]
     resumed = json.loads(out.read_text())
     assert resumed["resumed_questions"] == 8
@@ -121,7 +122,7 @@ def test_two_rank_index_build_equals_one_process(one_process, shard_size):
                                       shard_size=shard_size, encoder=EncoderConfig(dtype="float32")), progress=False)
     out = root / f"idx2_{shard_size}"
     run = torchrun("index", f"corpus={builtin_corpus_path()}", f"out={out}", f"shard_size={shard_size}",
-                   "encoder.dtype=float32")
+                   "encoder.dtype=float32", logs=root / "logs")
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("index written to") == 1
     double = Index.load(out)
@@ -203,7 +204,7 @@ def test_answer_distributed_over_a_process_group(tmp_path):
 
 @pytest.mark.slow
 def test_other_commands_refuse_torchrun(tmp_path):
-    run = torchrun("add", f"corpus={builtin_corpus_path()}", f"out={tmp_path / 'x'}")
+    run = torchrun("add", f"corpus={builtin_corpus_path()}", f"out={tmp_path / 'x'}", logs=tmp_path / "logs")
     assert run.returncode != 0
     assert "hpengine: error: under torchrun only `hpengine eval` and `hpengine index` shard" in run.stderr
     assert not (tmp_path / "x").exists()
@@ -231,7 +232,7 @@ def test_llm_mode_two_ranks_equal_one_process(one_process):
                                              max_new_tokens_read=6), eval=EvalConfig(batch_size=5),
                            encoder=QUERY_ENCODER), progress=False)
     run = torchrun("eval", f"index={root / 'idx1'}", f"questions={builtin_questions_path()}", "eval.batch_size=5",
-                   f"model.llm={folder}", *llm, f"output={double}")
+                   f"model.llm={folder}", *llm, f"output={double}", logs=root / "logs")
     assert run.returncode == 0, run.stderr[-3000:]
     a, b = json.loads(single.read_text()), json.loads(double.read_text())
     assert a["llm"] and a["llm_tokens_in"] > 0
