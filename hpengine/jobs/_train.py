@@ -110,3 +110,71 @@ def format_train_report(report: dict, out: str) -> str:
                      f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
                      f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
     return "\n".join(lines)
+
+
+def parse_train_args(argv: list) -> TrainJobConfig:
+    """``hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] [key=value ...]`` as a
+    :class:`~hpengine.config.TrainJobConfig`: each ``questions=`` pairs with the index before it;
+    ``index=`` works too; every other key is a field of the config, its value read as the field's
+    type. No value is interpolated.
+
+    Raises:
+        UserError: an unknown key (the closest one named), a value of the wrong type, a
+            ``questions=`` without its index.
+    """
+    import difflib
+
+    fields = {f.name: f for f in dataclasses.fields(TrainJobConfig)}
+    indexes, questions, values = [], [], {}
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if not eq:
+            indexes.append(arg)
+        elif key == "index":
+            indexes.append(value)
+        elif key == "questions":
+            if len(questions) >= len(indexes):
+                raise UserError(f"questions={value!r} pairs with the index before it: hpengine train IDX "
+                                f"questions=FILE [IDX2 questions=FILE2 ...] (got no index before it)")
+            questions.append(value)
+        elif key in fields and key != "debug":
+            values[key] = _typed(key, value, fields[key].default)
+        else:
+            near = difflib.get_close_matches(key, [*fields, "debug"], n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise UserError(f"unknown key {key!r} for hpengine train{hint} (hpengine train --help lists the keys)")
+    try:
+        return TrainJobConfig(index=indexes, questions=questions, **values)
+    except (TypeError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def _typed(key: str, value: str, default):
+    """``value`` as the type of the field's ``default`` (str, int, float)."""
+    kind = type(default)
+    if kind is str:
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        raise UserError(f"{key}= must be {'an int' if kind is int else 'a number'} (got {value!r})") from None
+
+
+TRAIN_USAGE = ("usage: hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] out=ranker.safetensors "
+               "[key=value ...]")
+
+
+def train_help() -> str:
+    """``hpengine train --help``: the usage and every key with its default and one-line description."""
+    from hpengine.config import doc_summary, field_doc
+
+    lines = [TRAIN_USAGE, "",
+             "Trains the learned method's ranker (retriever=learned) on the candidates of each index's questions",
+             "(the questions' gold passages), validates it on a held-out share, and writes it with its feature",
+             "schema and encoder. Use it with: hpengine eval IDX questions=FILE retriever=learned engine.ranker=FILE",
+             "", "keys:"]
+    for f in dataclasses.fields(TrainJobConfig):
+        doc = doc_summary(field_doc(TrainJobConfig, f.name) or "")
+        lines.append(f"  {f.name + '=' + str(f.default if f.default is not None else ''):<28} {doc}")
+    lines.append("  debug=true                   show the traceback of an error")
+    return "\n".join(lines)

@@ -63,3 +63,20 @@ def test_indexes_of_two_encoders_are_refused(saved, tmp_path):
     q = str(builtin_questions_path())
     with pytest.raises(UserError, match="a ranker is trained for one encoder.*another-encoder"):
         run_train(TrainJobConfig(index=saved, questions=[q, q], out=str(tmp_path / "r.safetensors")), progress=False)
+
+
+def test_the_command_line_pairs_each_question_file_with_its_index():
+    from hpengine.jobs._train import parse_train_args, train_help
+
+    cfg = parse_train_args(["A", "questions=qa.json", "B", "questions=qb.json", "out=r.safetensors", "hidden=0",
+                            "lr=0.05", "index=C", "questions=${oc.env:HOME}"])
+    assert (cfg.index, cfg.questions) == (["A", "B", "C"], ["qa.json", "qb.json", "${oc.env:HOME}"])
+    assert (cfg.out, cfg.hidden, cfg.lr) == ("r.safetensors", 0, 0.05)
+    for args, message in ((["questions=q.json", "A"], "pairs with the index before it"),
+                          (["A", "questions=q", "epoch=3"], "unknown key 'epoch'.*did you mean epochs"),
+                          (["A", "questions=q", "hidden=wide"], "hidden= must be an int"),
+                          (["A", "questions=q", "holdout=2"], "holdout must be <= 0.9")):
+        with pytest.raises(UserError, match=message):
+            parse_train_args(args)
+    text = train_help()
+    assert text.startswith("usage: hpengine train IDX questions=FILE") and "hidden=32" in text
