@@ -62,7 +62,12 @@ def test_every_subpackage_has_its_rule():
 def _lazy_exports(face: Path) -> dict:
     """``name -> module`` of a package face whose exports load on first use (its ``_EXPORTS`` table)."""
     for node in ast.parse(face.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets) and node.value is not None:
             return ast.literal_eval(node.value)
     return {}
