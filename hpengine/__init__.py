@@ -27,6 +27,7 @@ _EXPORTS = {
     "EvalConfig": "hpengine.config",
     "ExtractorConfig": "hpengine.config",
     "FusionConfig": "hpengine.config",
+    "LearnedConfig": "hpengine.config",
     "GragConfig": "hpengine.config",
     "GraphConfig": "hpengine.config",
     "HyperProveConfig": "hpengine.config",
@@ -48,14 +49,15 @@ _EXPORTS = {
     "open_index": "hpengine._api",
     "update": "hpengine._api",
     "write_report": "hpengine._api",
+    "train": "hpengine._api",
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.config import (DenseConfig, EncoderConfig, EngineConfig, EvalConfig, ExtractorConfig, FusionConfig,
-                                 GragConfig, GraphConfig, HyperProveConfig, IndexConfig, ModelConfig, PPRConfig,
-                                 RetrievalConfig)
+                                 GragConfig, GraphConfig, HyperProveConfig, IndexConfig, LearnedConfig, ModelConfig,
+                                 PPRConfig, RetrievalConfig)
     from hpengine._api import (add, add_grag, build_index, delete, demo_corpus, demo_questions, evaluate, open_index,
-                               update, write_report)
+                               train, update, write_report)
     from hpengine.graph import HyperGraph
     from hpengine.pipeline import Answer, Engine, ScoredPassage
 
@@ -73,6 +75,7 @@ __all__ = [
     "HyperGraph",
     "HyperProveConfig",
     "IndexConfig",
+    "LearnedConfig",
     "ModelConfig",
     "PPRConfig",
     "RetrievalConfig",
@@ -86,6 +89,7 @@ __all__ = [
     "demo_questions",
     "evaluate",
     "open_index",
+    "train",
     "update",
     "write_report",
 ]

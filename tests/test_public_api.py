@@ -6,10 +6,10 @@ def test_top_level_exports():
     assert set(hpengine.__all__) == {
         "Engine", "EngineConfig", "DenseConfig", "GragConfig", "HyperProveConfig", "PPRConfig", "EncoderConfig",
         "EvalConfig", "ExtractorConfig", "GraphConfig", "HyperGraph", "IndexConfig", "ModelConfig", "RetrievalConfig",
-        "FusionConfig", "__version__",
+        "FusionConfig", "LearnedConfig", "__version__",
         # the face (hpengine/_api.py): the index, asking, evaluating, the report, the demo set
         "Answer", "ScoredPassage", "add", "add_grag", "build_index", "delete", "demo_corpus", "demo_questions",
-        "evaluate", "open_index", "update", "write_report"}
+        "evaluate", "open_index", "train", "update", "write_report"}
     assert isinstance(hpengine.__version__, str)
     for name in hpengine.__all__:  # every name resolves (the exports load on first use)
         assert getattr(hpengine, name) is not None

@@ -13,14 +13,16 @@ from hpengine.jobs._eval import make_engine
 from hpengine.jobs._paths import check_index_dir, check_output_file, peek_index_meta
 
 
-def _check(cfg: TrainJobConfig) -> str:
-    """Every check that needs no model; returns the indexes' one encoder."""
+def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
+    """Every check that needs no model; returns the indexes' one encoder. ``given``: how many
+    question lists came in memory instead of ``cfg.questions``."""
     if not cfg.index:
         raise UserError("train needs at least one index: hpengine train IDX questions=FILE out=ranker.safetensors "
                         "(got none)")
-    if len(cfg.questions) != len(cfg.index):
+    count = len(cfg.questions) if given is None else given
+    if count != len(cfg.index):
         raise UserError(f"train needs one questions= file per index (got {len(cfg.index)} indexes and "
-                        f"{len(cfg.questions)} question files)")
+                        f"{count} question files)")
     if not cfg.out:
         raise UserError("train needs out=FILE, the ranker file to write (got no out=)")
     check_output_file(cfg.out, "out")
@@ -35,12 +37,12 @@ def _check(cfg: TrainJobConfig) -> str:
     return ea
 
 
-def _questions(cfg: TrainJobConfig) -> list:
+def _questions(cfg: TrainJobConfig, given: list | None = None) -> list:
     from hpengine.eval import load_questions
 
     out = []
-    for path in cfg.questions:
-        qs = load_questions(path)
+    for i, path in enumerate(cfg.questions if given is None else [f"questions[{i}]" for i in range(len(given))]):
+        qs = load_questions(path) if given is None else list(given[i])
         qs = qs[: cfg.max_questions] if cfg.max_questions else qs
         if not any(q.gold_passages for q in qs):
             raise UserError(f"questions={path!r} has no gold passages to train on (got {len(qs)} questions)")
@@ -55,9 +57,10 @@ def _split(n: int, share: float, seed: int) -> tuple[list, list]:
     return sorted(rows[round(n * share):]), held
 
 
-def run_train(cfg: TrainJobConfig, *, progress: bool = True) -> dict:
+def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | None = None) -> dict:
     """Train and write a ranker; returns the report (questions, held-out recall of the ranker and of
-    the fusion on the same candidates, loss).
+    the fusion on the same candidates, loss). ``questions``: one list of
+    :class:`~hpengine.eval.Question` per index, instead of ``cfg.questions``' files.
 
     Raises:
         UserError: no index, unpaired question files, indexes of different encoders, a question file
@@ -66,8 +69,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True) -> dict:
     from hpengine.pipeline import (RankerExamples, fusion_order, rank_candidates, ranker_examples, ranker_meta,
                                    recall_at, train_ranker, write_ranker)
 
-    encoder = _check(cfg)
-    question_sets = _questions(cfg)
+    encoder = _check(cfg, None if questions is None else len(questions))
+    question_sets = _questions(cfg, questions)
     train_parts, held_parts, engine = [], [], None
     for path, qs in zip(cfg.index, question_sets):
         job = EvalJobConfig(index=path, device=cfg.device, engine=LearnedConfig(candidate_width=cfg.candidate_width))
