@@ -387,20 +387,32 @@ def format_prediction(pred, index=None, *, llm: bool = False, num_passages: int 
 def run_demo(cfg: DemoJobConfig, progress: bool = False, *, overwrite: bool = False) -> tuple:
     """Build the built-in index, answer the built-in questions; returns ``(build_report, result, engine)``.
 
-    ``cfg.out`` (default: a new temporary folder) must not hold an index unless ``overwrite``;
-    ``result["index"]`` is the folder the index was written to."""
+    ``cfg.out`` (default: a new temporary folder, removed again if the demo stops) must not hold an
+    index unless ``overwrite``; ``result["index"]`` is the folder the index was written to."""
+    import shutil
     import tempfile
 
-    from hpengine.config import IndexConfig
-    from hpengine.eval import load_questions
-    from hpengine.graph import builtin_corpus_path, builtin_questions_path
-    from hpengine.models import make_encoder
-    from hpengine.jobs._index import run_index
     from hpengine.jobs._paths import check_output_dir
 
     if cfg.out:
         check_output_dir(cfg.out, overwrite=overwrite)
-    out = cfg.out or os.path.join(tempfile.mkdtemp(prefix="hpengine_demo_"), "index")
+        return _demo_into(cfg, cfg.out, progress, overwrite)
+    made = tempfile.mkdtemp(prefix="hpengine_demo_")
+    try:
+        return _demo_into(cfg, os.path.join(made, "index"), progress, overwrite)
+    except BaseException:  # an error or Ctrl-C: the demo's own folder goes with it
+        shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
+def _demo_into(cfg: DemoJobConfig, out: str, progress: bool, overwrite: bool) -> tuple:
+    """:func:`run_demo`'s work, its index written to ``out``."""
+    from hpengine.config import IndexConfig
+    from hpengine.eval import load_questions
+    from hpengine.graph import builtin_corpus_path, builtin_questions_path
+    from hpengine.jobs._index import run_index
+    from hpengine.models import make_encoder
+
     icfg = IndexConfig(corpus=str(builtin_corpus_path()), out=out, device=cfg.device, extractor=cfg.extractor,
                        encoder=cfg.encoder, graph=cfg.graph)
     index, build_report = run_index(icfg, overwrite=overwrite, progress=progress)

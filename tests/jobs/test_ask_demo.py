@@ -107,6 +107,25 @@ def test_format_prediction_with_an_llm_labels_the_answer():
     assert format_prediction(Prediction("Who?", "Ann", [], [0])).splitlines()[-1] == f"{NO_LLM_LABEL}: Ann"
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_demo_that_stops_leaves_no_folder_of_its_own(monkeypatch, tmp_path, stop):
+    import tempfile
+
+    import hpengine.jobs._index as index_job
+    from hpengine.config import DemoJobConfig
+    from hpengine.jobs import run_demo
+
+    def build(cfg, **kwargs):
+        assert cfg.out.startswith(str(tmp_path / "hpengine_demo_"))  # the folder was made
+        raise stop
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(index_job, "run_index", build)
+    with pytest.raises(stop):
+        run_demo(DemoJobConfig())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_demo_names_its_real_index_folder_and_explains_its_numbers(capsys, monkeypatch, tmp_path):
     import tempfile
 
