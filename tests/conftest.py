@@ -1,3 +1,4 @@
+import atexit
 import importlib.util
 import os
 import shutil
@@ -17,6 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 #: run leaves nothing in the system's temporary directory; pytest's tmp_path folders stay where
 #: pytest keeps them (a passing run removes them, pytest.ini).
 PRIVATE_TMP = Path(tempfile.mkdtemp(prefix="hpengine-tests-"))
+atexit.register(shutil.rmtree, PRIVATE_TMP, ignore_errors=True)  # also when pytest stops before configuring
 LIBRARY_CACHES = {"torchinductor": "TORCHINDUCTOR_CACHE_DIR"}
 for _name, _variable in LIBRARY_CACHES.items():
     os.environ.setdefault(_variable, str(PRIVATE_TMP / _name))
