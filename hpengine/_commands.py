@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpengine.config import (DemoJobConfig, EditJobConfig, EvalJobConfig, GragBuildConfig, IndexConfig, Key,
-                             ReportConfig, config_keys, doc_summary, field_doc, format_value, method_configs)
+                             ReportConfig, TrainJobConfig, config_keys, doc_summary, field_doc, format_value,
+                             method_configs)
 
 WIDTH = 100
 
@@ -94,6 +95,13 @@ COMMANDS = {
         "one HTML page", "hpengine report RUN.json [RUN2.json ...] [key=value ...]",
         "Compares eval runs (hpengine eval ... output=RUN.json) over the same questions on one HTML page.",
         ReportConfig, None, None),
+    "train": Command(
+        "a learned ranker",
+        "hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] out=ranker.safetensors [key=value ...]",
+        "Trains the ranker of retriever=learned on the candidates of each index's questions (their gold passages), "
+        "validates it on a held-out share of each file, and writes it with its feature schema and encoder; each "
+        "questions= pairs with the index before it. Use it with retriever=learned engine.ranker=FILE.",
+        TrainJobConfig, None, "index"),
     "grag-build": Command(
         "GRAG-MH parts", "hpengine grag-build IDX [key=value ...]",
         "Adds the triples, communities and summary nodes that retriever=grag needs to a saved index, "

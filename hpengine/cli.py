@@ -491,11 +491,21 @@ def _grag_build_command(args: list, debug: bool) -> None:
         raise SystemExit(status)
 
 
+def _train_command(args: list) -> None:
+    """``hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] out=FILE [key=value ...]``: its
+    own grammar (each questions= pairs with the index before it), every key checked first."""
+    from hpengine.jobs import format_train_report, parse_train_args, run_train
+
+    cfg = parse_train_args(args)
+    report = run_train(cfg)
+    print(format_train_report(report, cfg.out))
+
+
 #: the commands that compose a config: their tasks
 _TASKS = {"index": _index_task, "add": _add_task, "delete": _edit_task_for("delete"),
           "update": _edit_task_for("update"), "eval": _eval_task, "demo": _demo_task}
 #: the commands that read their own arguments
-_PLAIN = {"report": _report_command, "grag-build": _grag_build_command}
+_PLAIN = {"report": _report_command, "grag-build": _grag_build_command, "train": _train_command}
 
 _ATOMIC = "index saves are atomic, so the index folder holds"
 #: what an interrupted command leaves behind (every write of the jobs is atomic: a temporary file
@@ -512,6 +522,8 @@ _KEPT = {
     "ask": "ask writes nothing; the index is unchanged",
     "eval": "output= is written whole at the end, so it holds its old content or all the results; the same command "
             "is safe to rerun (with eval.checkpoint=FILE a rerun resumes from the finished batches)",
+    "train": "the ranker file is written whole at the end, so it holds its old content or the new ranker; the same "
+             "command is safe to rerun",
 }
 
 
@@ -530,8 +542,9 @@ def _kept(command: str, args: list) -> str:
         kept = f"{_ATOMIC} the index as it was or without all the passages named"
         if _given(args, "expect_generation") not in (None, "", "null"):
             return f"{kept}; the same command is safe to rerun (expect_generation= refuses it once the delete is done)"
-        return (f"{kept}; do NOT rerun the same command as it is: ids= are positions, and if the delete finished "
-                "they now name other passages (add expect_generation=N, the generation you saw, to make a rerun safe)")
+        return (f"{kept}; the same command is safe to rerun: if the delete finished, the rerun sees it is the "
+                "index's last edit and changes nothing (ids= are positions of one generation; expect_generation=N "
+                "refuses any other)")
     return _KEPT.get(command, "nothing was written")
 
 
@@ -606,6 +619,9 @@ def main(argv: list[str] | None = None) -> None:
         if command == "grag-build":
             rest, options = _split_cli_options(command, rest)
             return _grag_build_command(rest, debug or options.get("debug", False))
+        if command == "train":
+            rest, _ = _split_cli_options(command, rest)
+            return _train_command(rest)
         task, rest, options = _composed_args(command, rest)
         debug = debug or options.get("debug", False)
         from hpengine.config import register_configs

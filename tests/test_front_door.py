@@ -46,7 +46,7 @@ def test_help_lists_every_command_and_the_registered_methods(help_run):
     from hpengine.cli import COMMANDS
 
     text = help_run.stdout
-    assert set(COMMANDS) == {"index", "add", "delete", "update", "ask", "eval", "demo", "report", "grag-build"}
+    assert set(COMMANDS) == {"index", "add", "delete", "update", "ask", "eval", "demo", "report", "grag-build", "train"}
     for command in COMMANDS:
         assert re.search(rf"^  {re.escape(command)}\s", text, re.M), command
     # the registry of a fresh process (this one may hold test methods)

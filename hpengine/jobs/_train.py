@@ -161,23 +161,3 @@ def _typed(key: str, value: str, default):
         return kind(value)
     except ValueError:
         raise UserError(f"{key}= must be {'an int' if kind is int else 'a number'} (got {value!r})") from None
-
-
-TRAIN_USAGE = ("usage: hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] out=ranker.safetensors "
-               "[key=value ...]")
-
-
-def train_help() -> str:
-    """``hpengine train --help``: the usage and every key with its default and one-line description."""
-    from hpengine.config import doc_summary, field_doc
-
-    lines = [TRAIN_USAGE, "",
-             "Trains the learned method's ranker (retriever=learned) on the candidates of each index's questions",
-             "(the questions' gold passages), validates it on a held-out share, and writes it with its feature",
-             "schema and encoder. Use it with: hpengine eval IDX questions=FILE retriever=learned engine.ranker=FILE",
-             "", "keys:"]
-    for f in dataclasses.fields(TrainJobConfig):
-        doc = doc_summary(field_doc(TrainJobConfig, f.name) or "")
-        lines.append(f"  {f.name + '=' + str(f.default if f.default is not None else ''):<28} {doc}")
-    lines.append("  debug=true                   show the traceback of an error")
-    return "\n".join(lines)

@@ -66,7 +66,7 @@ def test_indexes_of_two_encoders_are_refused(saved, tmp_path):
 
 
 def test_the_command_line_pairs_each_question_file_with_its_index():
-    from hpengine.jobs._train import parse_train_args, train_help
+    from hpengine.jobs import parse_train_args
 
     cfg = parse_train_args(["A", "questions=qa.json", "B", "questions=qb.json", "out=r.safetensors", "hidden=0",
                             "lr=0.05", "index=C", "questions=${oc.env:HOME}"])
@@ -78,5 +78,19 @@ def test_the_command_line_pairs_each_question_file_with_its_index():
                           (["A", "questions=q", "holdout=2"], "holdout must be <= 0.9")):
         with pytest.raises(UserError, match=message):
             parse_train_args(args)
-    text = train_help()
-    assert text.startswith("usage: hpengine train IDX questions=FILE") and "hidden=32" in text
+
+
+
+def test_hpengine_train_on_the_command_line(saved, tmp_path, capsys):
+    from hpengine.cli import main
+
+    out = tmp_path / "cli.safetensors"
+    q = str(builtin_questions_path())
+    main(["train", saved[0], f"questions={q}", saved[1], f"questions={q}", f"out={out}", "epochs=20", "hidden=0"])
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"ranker written to {out}") and "held out 4 questions" in printed
+    assert load_ranker(out)[1]["hidden"] == 0
+    with pytest.raises(SystemExit) as exc:
+        main(["train", saved[0], f"questions={q}", f"out={out}", "epoch=3"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.startswith("hpengine: error: unknown key 'epoch'") and "\n" not in err

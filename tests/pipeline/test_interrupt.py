@@ -51,7 +51,7 @@ def _args(tmp_path):
     ("add", "index saves are atomic, so the index folder holds the index as it was or with all the new passages; "
             "the same command is safe to rerun"),
     ("delete", "index saves are atomic, so the index folder holds the index as it was or without all the passages "
-               "named; do NOT rerun the same command as it is: ids= are positions"),  # delete ids=1
+               "named; the same command is safe to rerun: if the delete finished"),  # delete ids=1
     ("update", "index saves are atomic, so the index folder holds the index as it was or with all the new texts; "
                "the same command is safe to rerun"),
     ("eval", "output= is written whole at the end"),
