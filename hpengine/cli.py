@@ -267,11 +267,11 @@ def _index_task(cfg, options) -> None:
 
 
 def _add_task(cfg, options) -> None:
-    from hpengine.jobs import format_report, run_add
+    from hpengine.jobs import format_add_report, run_add
 
     icfg = job_config(cfg)
     _, report = run_add(icfg)
-    print(format_report(report, icfg.out))
+    print(format_add_report(report, icfg.out))
 
 
 def _edit_task_for(command: str):

@@ -32,9 +32,11 @@ from hpengine.graph._lookups import IndexLookups
 
 __all__ += ["IndexLookups"]
 
-from hpengine.graph._grag import GRAG_FORMAT_VERSION, GragParts, build_grag_parts, extractive_summaries, louvain_communities
+from hpengine.graph._grag import (GRAG_FORMAT_VERSION, GragParts, build_grag_parts, extractive_summaries, has_grag_files,
+                                  louvain_communities)
 
-__all__ += ["GRAG_FORMAT_VERSION", "GragParts", "build_grag_parts", "extractive_summaries", "louvain_communities"]
+__all__ += ["GRAG_FORMAT_VERSION", "GragParts", "build_grag_parts", "extractive_summaries", "has_grag_files",
+            "louvain_communities"]
 
 from hpengine.graph._edit import delete_passages, find_passages, update_passages
 

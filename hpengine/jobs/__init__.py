@@ -28,6 +28,7 @@ from hpengine.jobs._grag_build import build_grag, format_grag_report, run_grag_b
 from hpengine.jobs._edit import built_graph_config, format_edit_report, run_delete, run_update
 from hpengine.jobs._index import (
     build_from_corpus,
+    format_add_report,
     format_report,
     index_writer,
     load_index_corpus,
@@ -47,6 +48,7 @@ from hpengine.jobs._report import REPORT_USAGE, parse_report_args, report_main, 
 from hpengine.jobs._train import format_train_report, parse_train_args, run_train
 
 __all__ = [
+    "format_add_report",
     "format_train_report",
     "parse_train_args",
     "run_train",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hpengine._profiling import peak_rss_mb
 from hpengine.config import DemoJobConfig, EvalConfig, EvalJobConfig
+from hpengine.errors import UserError
 from hpengine.models import check_llm, load_llm
 from hpengine.pipeline import Engine
 
@@ -26,6 +27,8 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     from hpengine.models import encoder_for_index
 
     check_llm(cfg.model)  # before the encoder and index load, the slow part of a start-up
+    if index is None and cfg.index:
+        _check_grag_parts(cfg)
     if encoder is None:
         meta = index.meta if index is not None else peek_index_meta(cfg.index)
         if meta is None:  # not an index: loading says why
@@ -36,6 +39,28 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
         index = Index.load(cfg.index, device=cfg.device, expected_encoder=encoder.name)
     decomposer, reader = load_llm(cfg.model) if cfg.model.llm else (None, None)  # no-LLM mode loads no LM
     return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
+
+
+def _check_grag_parts(cfg: EvalJobConfig) -> None:
+    """A method that reads GRAG-MH's parts (grag, or a fusion member) on an index without them is
+    refused before any model loads, naming the edit that dropped them when one did."""
+    from hpengine.graph import IndexStore, has_grag_files
+
+    engine = cfg.engine
+    members = [m for m in getattr(engine, "members", ()) if engine.weight(m) > 0] if hasattr(engine, "weight") else []
+    if "grag" not in {engine.method, *members}:
+        return
+    try:
+        gen = IndexStore(cfg.index).generation()
+    except UserError:
+        return  # not an index: loading it says why
+    if has_grag_files(gen.folder):
+        return
+    stale = gen.manifest.get("grag_stale")
+    if stale:
+        raise UserError(f"retriever=grag: {stale} (index={cfg.index!r})")
+    raise UserError(f"retriever=grag needs the index's GRAG-MH parts, which index={cfg.index!r} lacks; build them "
+                    f"with `hpengine grag-build {cfg.index}` (or index with grag.build=true)")
 
 
 def _llm_counts(engine: Engine) -> dict:

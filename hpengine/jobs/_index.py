@@ -142,12 +142,35 @@ def run_add(cfg: IndexConfig, *, progress: bool = True, loaded=None):
         encoder = make_encoder(cfg.encoder)  # after the lock: a locked or read-only index is refused at once
         index = Index.load(cfg.out, device=cfg.device, expected_encoder=encoder.name)  # the latest, under the lock
         extractor = make_extractor(cfg.extractor, IndexStore(cfg.out))
-        index, report = add_passages(index, loaded.passages, extractor=extractor, encoder=encoder,
-                                     graph_cfg=cfg.graph, progress=progress)
+        had_grag = index.grag is not None
+        new, report = add_passages(index, loaded.passages, extractor=extractor, encoder=encoder,
+                                   graph_cfg=cfg.graph, progress=progress)
         report = {"corpus": cfg.corpus, "corpus_report": loaded.report, **report}
-        index.meta.setdefault("add_reports", []).append(report)
-        index.save(cfg.out, writer=writer, append=True)  # the new rows only; the rest is linked
-    return index, report
+        if not report["added_passages"]:  # every passage is already there: no new generation
+            return index, {**report, "unchanged": True}
+        if had_grag and new.grag is None:  # the parts describe the passages before the add
+            new.meta["grag_stale"] = report["grag_stale"] = (
+                f"`hpengine add` added {report['added_passages']} passages after the GRAG parts were built, so they "
+                f"were dropped; rebuild them with `hpengine grag-build {cfg.out}`")
+        new.meta.setdefault("add_reports", []).append(report)
+        new.save(cfg.out, writer=writer, append=True)  # the new rows only; the rest is linked
+        report["generation"] = writer.previous.number
+    return new, report
+
+
+def format_add_report(report: dict, out: str | Path) -> str:
+    """Human-readable report of an add: how many passages it added and skipped as already present."""
+    skipped = report.get("skipped_known_passages", 0)
+    if report.get("unchanged"):
+        return (f"nothing to add to {out}: all {skipped} passages are already in the index; it is unchanged (no new "
+                f"generation)")
+    lines = format_report(report, out).splitlines()
+    lines[0] += f" (generation {report['generation']})"
+    lines.insert(1, f"  added {report['added_passages']} passages ({report['added_facts']} facts, "
+                    f"{report['added_entities']} new entities); skipped {skipped} already present")
+    if "grag_stale" in report:
+        lines.append(f"  {report['grag_stale']}")
+    return "\n".join(lines)
 
 
 def format_report(report: dict, out: str | Path) -> str:

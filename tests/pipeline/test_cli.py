@@ -46,12 +46,25 @@ def test_index_builtin_with_grag_parts_eval_grag_then_add_and_rebuild(tmp_path, 
     assert len(records) == 12 and all(r["retrieved"] and r["notes"] for r in records)
     extra = tmp_path / "extra.jsonl"
     extra.write_text(json.dumps({"title": "Zzyzx Station", "text": "Zzyzx Station is a train stop in Orland."}) + "\n")
+    capsys.readouterr()
     main(["add", f"corpus={extra}", f"out={out}", "encoder.dtype=float32"])
+    printed = capsys.readouterr().out
+    assert "added 1 passages" in printed and "skipped 0 already present" in printed
+    assert "`hpengine add` added 1 passages after the GRAG parts were built, so they were dropped" in printed
     grown = Index.load(out)
     assert grown.num_passages == 41
     assert grown.facts[: index.num_facts] == index.facts
     assert grown.grag is None
-    capsys.readouterr()
+    generation = json.loads((out / "index.json").read_text())["generation"]
+    main(["add", f"corpus={extra}", f"out={out}", "encoder.dtype=float32"])  # the same passage again
+    assert capsys.readouterr().out.startswith(f"nothing to add to {out}: all 1 passages are already in the index")
+    assert json.loads((out / "index.json").read_text())["generation"] == generation
+    with pytest.MonkeyPatch.context() as mp:  # retriever=grag now: refused before any model loads, naming the add
+        mp.setattr("hpengine.models.encoder_for_index", lambda *a, **k: pytest.fail("a model loaded"))
+        with pytest.raises(SystemExit) as exc:
+            main(["eval", str(out), f"questions={builtin_questions_path()}", "retriever=grag"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "`hpengine add` added 1 passages after the GRAG" in err
     main(["grag-build", str(out)])  # the GRAG build through the front door
     assert "communities" in capsys.readouterr().out and Index.load(out).grag is not None
 
