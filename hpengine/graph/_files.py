@@ -70,20 +70,6 @@ def _open_dir(root: Path, parts: tuple) -> int:
         raise
 
 
-def open_dir(path: str | os.PathLike, root: str | os.PathLike | None = None) -> int:
-    """Descriptor of the folder ``path`` inside ``root``, no link followed below ``root``.
-
-    Raises:
-        LinkRefusedError: a component below ``root`` is a link or not a folder.
-        FileNotFoundError: a component is missing.
-    """
-    path = Path(os.path.abspath(path))
-    if root is not None and Path(os.path.abspath(root)) == path:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    base, parts = _parts(path, root)
-    return _open_dir(base, parts)
-
-
 def open_read(path: str | os.PathLike, root: str | os.PathLike | None = None) -> int:
     """A read-only descriptor of the regular file ``path`` inside ``root`` (default: its own
     folder), no link followed below ``root``.

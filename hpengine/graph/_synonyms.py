@@ -374,13 +374,13 @@ def _nndescent_candidates(queries: Tensor, keys: Tensor, query_offset: int, num_
     """Integer ``[Nq, C]`` candidate key ids per query (-1: none) from pynndescent's k-NN graph of the
     keys (or of their projection, :func:`searched_dims`); above ``ANN_BLOCK_KEYS`` keys a self-join
     takes ``2C`` candidates from graphs over name blocks (:func:`_blocked_graph`)."""
+    num_queries = queries.shape[0]
+    if num_candidates >= keys.shape[0]:  # every key is a candidate: no graph (nor pynndescent's import) needed
+        return torch.arange(keys.shape[0], device=queries.device).expand(num_queries, -1)
     try:
         from pynndescent import NNDescent
     except ImportError as exc:
         raise ImportError("backend='nndescent' needs pynndescent: pip install pynndescent") from exc
-    num_queries = queries.shape[0]
-    if num_candidates >= keys.shape[0]:  # every key is a candidate: no graph needed
-        return torch.arange(keys.shape[0], device=queries.device).expand(num_queries, -1)
     dims = searched_dims(keys.shape[0], keys.shape[1], ann_dims)
     projection = principal_projection(keys, dims) if dims < keys.shape[1] else None
     is_self_join = (query_offset + num_queries <= keys.shape[0] and queries.dtype == keys.dtype
