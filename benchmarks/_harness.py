@@ -1,40 +1,49 @@
-"""Shared benchmark harness: timing, peak memory, JSON results, comparisons.
+"""Shared benchmark harness: one timer, one argument grammar, results with the machine they ran on.
 
-* Timing uses ``torch.utils.benchmark.Timer`` (it synchronises CUDA before reading clocks) after
-  explicit warm-up calls; the reported time is the median over the runs of ``blocked_autorange``.
+* Timing: :func:`measure` and :func:`time_once` use ``torch.utils.benchmark.Timer`` (it
+  synchronises CUDA before reading clocks) after warm-up calls; :func:`measure` reports the median
+  over the runs of ``blocked_autorange``.
 * Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (reset before the warm-up); on CPU a
   sampling thread reads the process RSS every ``interval`` seconds while the warm-up and the runs
   execute (the harness reports the peak above the RSS before the warm-up, i.e. the call's own
   working set, including buffers it keeps between calls) — torch
   CPU tensors are invisible to ``tracemalloc``, so RSS is the honest measure. The process-wide
   ``ru_maxrss`` is recorded too.
-* ``--label NAME`` saves ``benchmarks/results/NAME.json``; ``--compare NAME`` prints the ratios of
-  this run to a saved one; ``--fail-if-regression PCT`` exits with status 1 when a throughput
-  dropped by more than PCT percent against the compared run.
-* Every script's JSON goes through :func:`write_json` (:func:`emit` prints it too); default
-  locations are in ``benchmarks/results/`` (:func:`result_path`).
+* Arguments: an op benchmark declares its keys once, as a dataclass of :class:`Common` with
+  :func:`opt` fields; :func:`parse` reads ``key=value`` words against it (an unknown key names the
+  closest) and :func:`help_text` is its ``--help``.
+* Results: :func:`report` writes ``benchmarks/results/<suite>/<YYYY-MM-DD>/<name>.json`` with
+  :func:`machine` (CPU, cores, threads, torch, CUDA device, git commit and dirty flag, date);
+  :func:`compare` puts two runs side by side. With ``profile=true`` :func:`measure` also writes a
+  Chrome trace per measured cell (:func:`trace`).
 
-The scripts live in ``ops/``, ``e2e/`` and ``analysis/`` and are run by path from the repository
-root (``python benchmarks/ops/bench_ppr.py``); each puts this folder on ``sys.path`` first::
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _harness, _presets
+The scripts live in ``ops/``, ``e2e/`` and ``analysis/`` and run as modules of the ``benchmarks``
+package from the repository root: ``python -m benchmarks ops bench_ppr`` (see ``__main__.py``).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
+import difflib
 import json
 import os
 import platform
+import re
 import resource
+import subprocess
 import sys
 import threading
 import time
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 from torch.utils import benchmark
+
+from hpengine.errors import UserError
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the benchmark data sets (../shared/data from the repository), read in place, never copied
@@ -124,7 +133,7 @@ class Record:
 
 def measure(fn: Callable[[], object], *, bench: str, impl: str, case: dict, items: int, device="cpu",
             warmup: int | Callable[[], object] = 1, min_run_time: float = 1.0, once: bool = False,
-            extra: dict | None = None) -> Record:
+            extra: dict | None = None, trace_dir: str | Path | None = None) -> Record:
     """Time ``fn`` and record its peak memory.
 
     Args:
@@ -133,6 +142,8 @@ def measure(fn: Callable[[], object], *, bench: str, impl: str, case: dict, item
         min_run_time: ``blocked_autorange``'s budget; the median over its runs is reported.
         once: time exactly one call (``Timer.timeit(1)``) instead of ``blocked_autorange``, which
             always adds a calibration call.
+        trace_dir: when given, one more call of ``fn`` runs under ``torch.profiler`` after the
+            timing and its Chrome trace is written there (:func:`trace`).
     """
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     # the peak covers the warm-up too: buffers that fn keeps between calls count
@@ -146,6 +157,8 @@ def measure(fn: Callable[[], object], *, bench: str, impl: str, case: dict, item
             torch.cuda.synchronize(device)
         result = timer.timeit(1) if once else timer.blocked_autorange(min_run_time=min_run_time)
     runs = len(result.raw_times) * result.number_per_run
+    if trace_dir is not None:
+        trace(fn, Path(trace_dir) / f"{cell_name(bench, impl, case)}.json", device)
     return Record(bench, impl, dict(case), result.median, items, runs, mem.peak / 2**20, dict(extra or {}))
 
 
@@ -278,3 +291,234 @@ def emit(result: dict, out: str = "") -> None:
     print(json.dumps(result, indent=1))
     if out:
         write_json(result, out)
+
+
+# ------------------------------------------------------------------ one timer, one trace per cell
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_once(fn: Callable[[], object], device="cpu") -> float:
+    """Seconds of one call of ``fn`` on the harness's timer (no warm-up: for cells that cannot be
+    repeated, a cold load, a call whose input changes every step); the device is synchronised first."""
+    _sync(device)
+    return benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).timeit(1).median
+
+
+def cell_name(bench: str, impl: str, case: dict) -> str:
+    """``bench_impl_K=V_...``: a file name for one measured cell."""
+    text = "_".join([bench, impl, *(f"{k}={v}" for k, v in sorted(case.items()))])
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", text)
+
+
+def trace(fn: Callable[[], object], path: str | Path, device="cpu", top: int = 12) -> str:
+    """Run ``fn`` once under ``torch.profiler`` (CPU, plus CUDA on a GPU), write the Chrome trace to
+    ``path`` (open it in chrome://tracing or ui.perfetto.dev), print and return the top-``top`` ops
+    table by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with profile(activities=activities, record_shapes=True) as prof:
+        fn()
+        _sync(device)
+    prof.export_chrome_trace(str(path))
+    sort = "self_cuda_time_total" if torch.device(device).type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=top)
+    print(f"trace {path}\n{table}", flush=True)
+    return table
+
+
+# ------------------------------------------------------------------ one argument grammar
+def opt(default, help: str = ""):
+    """A benchmark key: its default and its one-line help (shown by ``--help``)."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class Common:
+    """The keys every op benchmark takes."""
+
+    threads: int = opt(0, "torch threads (0: torch's default)")
+    device: str = opt("cpu", "cpu or cuda")
+    profile: bool = opt(False, "also write a Chrome trace per measured cell and print its top ops")
+    out: str = opt("", "folder for the result file (default benchmarks/results/<suite>/<date>)")
+
+    #: keys a run must set (a suite run skips the benchmark when one is unset)
+    REQUIRED: typing.ClassVar[tuple] = ()
+
+
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _convert(text: str, hint, key: str):
+    """``text`` as the type ``hint`` of ``key`` (tuples: comma-separated)."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        inner = typing.get_args(hint)[0]
+        return tuple(_convert(t, inner, key) for t in text.split(",") if t != "")
+    if hint is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise UserError(f"{key}= takes true or false (got {text!r})")
+        return text.lower() in ("true", "1", "yes")
+    try:
+        return hint(text) if hint in (int, float, str) else text
+    except ValueError:
+        raise UserError(f"{key}= takes {hint.__name__} (got {text!r})") from None
+
+
+def _show(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def help_text(cls, doc: str = "", prog: str = "") -> str:
+    """``--help`` of a benchmark: its docstring, then every key with its type, default and help."""
+    hints = _hints(cls)
+    lines = [f"usage: {prog or 'python -m benchmarks ops NAME'} [key=value ...]", "", (doc or "").strip(), "",
+             "keys (lists: comma-separated values):"]
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        kind = "list" if typing.get_origin(hint) is tuple else getattr(hint, "__name__", str(hint))
+        need = " (required)" if f.name in cls.REQUIRED else ""
+        lines.append(f"  {f.name}={_show(f.default)}  [{kind}]{need}  {f.metadata.get('help', '')}".rstrip())
+    return "\n".join(lines)
+
+
+def keys_of(cls) -> list:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def parse(cls, argv: list, doc: str = "", prog: str = ""):
+    """``key=value`` words as an instance of the dataclass ``cls``; ``-h``/``--help`` prints
+    :func:`help_text` and exits 0.
+
+    Raises:
+        UserError: a word that is not ``key=value``, an unknown key (naming the closest), a value of
+            the wrong type.
+    """
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text(cls, doc, prog))
+        raise SystemExit(0)
+    hints, names, values = _hints(cls), keys_of(cls), {}
+    for word in argv:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise UserError(f"{word!r} is not key=value; keys: {', '.join(names)}")
+        if key not in names:
+            near = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise UserError(f"unknown key {key!r}{hint}; keys: {', '.join(names)}")
+        values[key] = _convert(value, hints[key], key)
+    return cls(**values)
+
+
+def script_args(cls, doc: str, file: str, argv=None):
+    """:func:`parse` of ``argv`` (default ``sys.argv[1:]``) for the benchmark in ``file``, with
+    torch's thread count set as ``threads=`` asks; a user error ends the process with status 2."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        cfg = parse(cls, argv, doc, prog=f"python -m benchmarks {suite_of(file)} {Path(file).stem}")
+    except UserError as e:
+        print(f"hpengine: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return cfg
+
+
+def require(cfg, file: str) -> None:
+    """Raise a :class:`UserError` naming the unset keys of ``cfg.REQUIRED``."""
+    unset = [k for k in cfg.REQUIRED if not getattr(cfg, k)]
+    if unset:
+        print(f"hpengine: error: {Path(file).stem} needs {', '.join(k + '=' for k in unset)}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+# ------------------------------------------------------------------ machine, result files
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """What the numbers depend on: CPU model, cores, torch threads, torch, CUDA device, git commit
+    and whether the tree had uncommitted changes, date (UTC), load average."""
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "hpengine", "kernels", "benchmarks")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu_model(), "cores": cores, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "commit": _git("rev-parse", "HEAD"), "dirty": bool(dirty),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def suite_of(file: str) -> str:
+    """``ops``, ``e2e`` or ``analysis``: the folder of a benchmark's file."""
+    return Path(file).resolve().parent.name
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def suite_path(suite: str, name: str, out: str = "") -> Path:
+    """``OUT/<name>.json``, OUT defaulting to ``benchmarks/results/<suite>/<YYYY-MM-DD>``."""
+    return Path(out or RESULTS / suite / today()) / f"{name}.json"
+
+
+def trace_dir(cfg, file: str) -> Path | None:
+    """Where ``profile=true`` puts a benchmark's traces: ``<result folder>/<name>.traces``; None
+    without ``profile=true``."""
+    if not cfg.profile:
+        return None
+    return suite_path(suite_of(file), Path(file).stem, cfg.out).with_suffix(".traces")
+
+
+def report(file: str, cfg, records: list, meta: dict | None = None) -> Path:
+    """Save the run of the benchmark in ``file``: its records, :func:`machine`, its keys and
+    ``meta``, at :func:`suite_path`; print the path."""
+    name = Path(file).stem
+    data = {"suite": suite_of(file), "name": name, "machine": machine(), "keys": asdict(cfg),
+            "argv": sys.argv, "meta": meta or {}, "records": [r.to_json() for r in records]}
+    path = write_json(data, suite_path(data["suite"], name, cfg.out), default=str)
+    print(f"saved {path}", flush=True)
+    return path
+
+
+def records_of(path: str | Path) -> list:
+    """The :class:`Record` list of a result file (new or legacy layout)."""
+    return load(str(path))
+
+
+def latest(suite: str, name: str, root: Path = RESULTS) -> Path | None:
+    """The newest ``root/<suite>/<date>/<name>.json``, or None."""
+    found = sorted((root / suite).glob(f"*/{name}.json"))
+    return found[-1] if found else None
+
+
+def records_table(records: list) -> str:
+    """A markdown table of records: bench, impl, case, ms per call, items/s, peak MiB."""
+    rows = ["| bench | impl | case | ms / call | items / s | peak MiB |", "|---|---|---|---:|---:|---:|"]
+    for r in records:
+        case = ", ".join(f"{k}={v}" for k, v in sorted(r.case.items()))
+        rows.append(f"| {r.bench} | {r.impl} | {case} | {r.seconds * 1e3:.3g} | {r.throughput:,.1f} | {r.peak_mib:.0f} |")
+    return "\n".join(rows)
