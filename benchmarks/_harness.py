@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import timeit
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -300,10 +301,15 @@ def _sync(device) -> None:
 
 
 def time_once(fn: Callable[[], object], device="cpu") -> float:
-    """Seconds of one call of ``fn`` on the harness's timer (no warm-up: for cells that cannot be
-    repeated, a cold load, a call whose input changes every step); the device is synchronised first."""
+    """Seconds of exactly one call of ``fn``, for cells that cannot be repeated or warmed up (a cold
+    load, a first compiled call, a step whose input changes): the clock ``Timer`` reads
+    (``timeit.default_timer``), the device synchronised before each reading (``Timer.timeit``
+    itself always adds warm-up calls first)."""
     _sync(device)
-    return benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).timeit(1).median
+    start = timeit.default_timer()
+    fn()
+    _sync(device)
+    return timeit.default_timer() - start
 
 
 def cell_name(bench: str, impl: str, case: dict) -> str:

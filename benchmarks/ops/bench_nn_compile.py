@@ -4,39 +4,39 @@ Implementations per module (``dense``: DifferentiableDense, ``hop``: Differentia
 ``ppr``: DifferentiablePPR): ``eager`` and ``compiled`` (``torch.compile``, inductor); the first
 compiled call (compilation included) is recorded in the compiled cell's ``extra``.
 
-    python benchmarks/ops/bench_nn_compile.py --threads 1
-    python benchmarks/ops/bench_nn_compile.py --threads 1 --modules dense --label nn_compile_cpu_t1
+    python -m benchmarks ops bench_nn_compile threads=1
+    python -m benchmarks ops bench_nn_compile threads=1 modules=dense
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
-from _harness import add_common_args, finish, measure  # noqa: E402
-
-from hpengine.graph import HyperGraph  # noqa: E402
-from hpengine.nn import DifferentiableDense, DifferentiableHyperProveHop, DifferentiablePPR  # noqa: E402
-from hpengine.testing._graphs import power_law_hypergraph  # noqa: E402
+from benchmarks._harness import Common, measure, opt, report, script_args, time_once, trace_dir
+from hpengine.graph import HyperGraph
+from hpengine.nn import DifferentiableDense, DifferentiableHyperProveHop, DifferentiablePPR
+from hpengine.testing._graphs import power_law_hypergraph
 
 MODULES = ("dense", "hop", "ppr")
 
 
+@dataclass
+class Config(Common):
+    facts: int = opt(10_000, "H of the power-law graph")
+    dim: int = opt(64, "embedding width D")
+    queries: int = opt(64, "questions per call Q")
+    modules: tuple[str, ...] = opt(("dense",), f"modules among {','.join(MODULES)} (compiling hop and ppr takes minutes)")
+    min_run_time: float = opt(1.0, "seconds per cell")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--facts", type=int, default=10_000, help="H of the power-law graph")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--queries", type=int, default=64)
-    parser.add_argument("--modules", nargs="+", default=list(MODULES), choices=MODULES)
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds per cell")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = script_args(Config, __doc__, __file__, argv)
+    bad = [m for m in args.modules if m not in MODULES]
+    if bad:
+        print(f"hpengine: error: modules= takes {','.join(MODULES)} (got {','.join(bad)})", file=sys.stderr)
+        return 2
     torch.manual_seed(0)
     fe, fp, v, p = power_law_hypergraph(args.facts)
     g = HyperGraph.from_incidence(fe, fp, v, p).to(args.device)
@@ -52,17 +52,17 @@ def main(argv=None) -> int:
     for name in args.modules:
         module, call = build[name]()
         compiled = torch.compile(module)
-        start = time.perf_counter()
-        call(compiled)
-        first = time.perf_counter() - start
+        first = time_once(lambda: call(compiled), args.device)
         for impl, m, extra in (("eager", module, {}), ("compiled", compiled, {"first_call_s": round(first, 2)})):
             rec = measure(lambda: call(m), bench=f"nn_{name}", impl=impl, case=case, items=args.queries,
-                          device=args.device, min_run_time=args.min_run_time, extra=extra)
+                          device=args.device, min_run_time=args.min_run_time, extra=extra,
+                          trace_dir=trace_dir(args, __file__))
             records.append(rec)
         eager, comp = records[-2], records[-1]
         print(f"{name}: eager {eager.seconds * 1e3:.1f} ms, compiled {comp.seconds * 1e3:.1f} ms, "
               f"first compiled call {first:.1f} s", flush=True)
-    return finish(args, records, meta=vars(args))
+    report(__file__, args, records)
+    return 0
 
 
 if __name__ == "__main__":

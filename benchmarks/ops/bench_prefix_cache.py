@@ -3,45 +3,44 @@ generation, side by side in one process: GRAG-MH's first planner step (every pat
 question, one batched ``generate``, whose prompts share the instruction and worked examples) on
 the first N dev questions, with the same model, batch settings and prompts.
 
-    python benchmarks/ops/bench_prefix_cache.py --data ../shared/data/hotpotqa/dev.json \\
-        --llm /work/models/qwen2.5-coder-1.5b --questions 24 --repeats 2 --out benchmarks/results/prefix_cache.json
+    python -m benchmarks ops bench_prefix_cache data=../shared/data/hotpotqa/dev.json \\
+        llm=/work/models/qwen2.5-coder-1.5b questions=24 repeats=2
 
-Reports each variant's best wall time over ``--repeats``, the ratio, the shared prefix's length
+Reports each variant's best wall time over ``repeats=``, the ratio, the shared prefix's length
 and how many completions are the same (greedy in bf16: a near-tie can go the other way when the
-floating-point order changes). ``--noise-batch-size N`` also runs plain generation once at batch
-size N and counts its completions that equal plain's at ``--batch-size``: the same kind of
+floating-point order changes). ``noise_batch_size=N`` also runs plain generation once at batch
+size N and counts its completions that equal plain's at ``batch_size=``: the same kind of
 floating-point reordering without the cache, as the floor to read the cache's count against.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
-from pathlib import Path
+from dataclasses import dataclass
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
+from benchmarks._harness import Common, Record, opt, report, require, script_args, time_once
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, help="a dev question file (JSON list or JSONL)")
-    ap.add_argument("--llm", required=True, help="a local causal instruction LM")
-    ap.add_argument("--questions", type=int, default=24)
-    ap.add_argument("--paths", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--max-batch-tokens", type=int, default=16384)
-    ap.add_argument("--noise-batch-size", type=int, default=0,
-                    help="also run plain generation at this batch size, as the noise floor (0: off)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--out", default="", help="also write the result JSON here (benchmarks/results/NAME.json)")
-    args = ap.parse_args()
+@dataclass
+class Config(Common):
+    data: str = opt("", "a dev question file (JSON list or JSONL)")
+    llm: str = opt("", "a local causal instruction LM")
+    questions: int = opt(24, "dev questions")
+    paths: int = opt(3, "paths per question")
+    repeats: int = opt(2, "runs per variant (the best is reported)")
+    batch_size: int = opt(32, "generation batch size")
+    max_batch_tokens: int = opt(16384, "tokens per generation batch")
+    noise_batch_size: int = opt(0, "also run plain generation at this batch size, as the noise floor (0: off)")
+
+    REQUIRED = ("data", "llm")
+
+
+def main(argv=None) -> int:
+    args = script_args(Config, __doc__, __file__, argv)
+    require(args, __file__)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
-
-    from _harness import emit
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hpengine.eval import load_questions
@@ -59,9 +58,9 @@ def main() -> None:
         """One batched first planner step: (its planner, its sub-questions, seconds)."""
         planner = TreePlanner(model, tokenizer, batch_size=batch_size, max_batch_tokens=args.max_batch_tokens,
                               prefix_cache=cached)
-        start = time.perf_counter()
-        steps = planner.next_steps(asked, [[] for _ in asked], paths)
-        return planner, steps, time.perf_counter() - start
+        out = {}
+        seconds = time_once(lambda: out.setdefault("steps", planner.next_steps(asked, [[] for _ in asked], paths)))
+        return planner, out["steps"], seconds
 
     runs: dict = {}
     for _ in range(args.repeats):
@@ -83,8 +82,13 @@ def main() -> None:
               "shared_prefix_tokens": runs[True]["prefix"], "seconds_plain": runs[False]["seconds"],
               "seconds_prefix_cache": runs[True]["seconds"], "speedup": round(plain / cached, 3),
               "same_completions": same, **noise, "threads": torch.get_num_threads()}
-    emit(result, args.out)
+    print(result, flush=True)
+    case = {"prompts": len(asked), "batch_size": args.batch_size}
+    records = [Record("prefix_cache", "cached" if c else "plain", case, min(runs[c]["seconds"]), len(asked),
+                      len(runs[c]["seconds"]), 0.0) for c in (False, True)]
+    report(__file__, args, records, result)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

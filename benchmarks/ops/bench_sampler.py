@@ -1,26 +1,35 @@
 """The seeded Gumbel sampler (``SeededGumbelSampler``) per decoding step: noise hashed on every
 token of the vocabulary (``prune=False``, what CUDA runs) against noise hashed only on the tokens
 that can still win each row's draw (``prune=True``, what CPU runs), on the same logits in one
-process. With ``--llm`` the logits are a real model's next-token logits for the first ``--rows``
-dev questions (one forward pass, bf16); without it they are Gaussian with ``--spread``.
+process. With ``llm=`` the logits are a real model's next-token logits for the first ``rows=``
+dev questions (one forward pass, bf16); without it they are Gaussian with ``spread=``.
 
-    python benchmarks/ops/bench_sampler.py --llm /work/models/qwen2.5-coder-1.5b \\
-        --data ../shared/data/hotpotqa/dev.json --rows 32 --out benchmarks/results/sampler.json
+    python -m benchmarks ops bench_sampler llm=/work/models/qwen2.5-coder-1.5b \\
+        data=../shared/data/hotpotqa/dev.json rows=32
 
-Reports each variant's median milliseconds per step over ``--steps`` steps (each step hashes new
+Reports each variant's median milliseconds per step over ``steps=`` steps (each step hashes new
 noise), the ratio, the mean number of tokens hashed per row, and how many of the draws agree
 (they must all agree: pruning drops only tokens that cannot win).
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import statistics
-import time
-from pathlib import Path
+import sys
+from dataclasses import dataclass
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
+from benchmarks._harness import Common, Record, opt, report, script_args, time_once
+
+
+@dataclass
+class Config(Common):
+    llm: str = opt("", "a local causal LM whose logits to sample (default: synthetic)")
+    data: str = opt("", "dev questions for llm='s prompts")
+    rows: int = opt(32, "rows (questions) sampled per step")
+    vocab: int = opt(151_936, "synthetic logits only: vocabulary size")
+    spread: float = opt(3.0, "synthetic logits' standard deviation")
+    temperature: float = opt(0.7, "sampling temperature")
+    steps: int = opt(10, "decoding steps timed")
 
 
 def _logits(args, torch):
@@ -43,30 +52,16 @@ def _logits(args, torch):
         return model(**batch).logits[:, -1, :].float()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llm", default="", help="a local causal LM whose logits to sample (default: synthetic)")
-    ap.add_argument("--data", default="", help="dev questions for --llm's prompts")
-    ap.add_argument("--rows", type=int, default=32)
-    ap.add_argument("--vocab", type=int, default=151_936, help="synthetic logits only")
-    ap.add_argument("--spread", type=float, default=3.0, help="synthetic logits' standard deviation")
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--out", default="", help="also write the result JSON here (benchmarks/results/NAME.json)")
-    args = ap.parse_args()
+def main(argv=None) -> int:
+    args = script_args(Config, __doc__, __file__, argv)
     if args.llm and not args.data:
-        ap.error("--llm needs --data (the dev questions whose prompts give the logits)")
+        print("hpengine: error: llm= needs data= (the dev questions whose prompts give the logits)", file=sys.stderr)
+        return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
 
-    from _harness import emit
-
     from hpengine.models import SeededGumbelSampler
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     scores = _logits(args, torch)
     rows, vocab = scores.shape
     variants = {prune: SeededGumbelSampler([args.temperature] * rows, range(rows), start=1, prune=prune)
@@ -77,9 +72,7 @@ def main() -> None:
         ids = torch.zeros(rows, 1 + step, dtype=torch.long)
         out = {}
         for prune, sampler in variants.items():
-            start = time.perf_counter()
-            out[prune] = sampler(ids, scores)
-            ms[prune].append((time.perf_counter() - start) * 1e3)
+            ms[prune].append(time_once(lambda: out.__setitem__(prune, sampler(ids, scores)), args.device) * 1e3)
         agree += int((out[False].argmax(1) == out[True].argmax(1)).sum())
         kept += int(torch.isfinite(out[True]).sum())
     full, pruned = statistics.median(ms[False]), statistics.median(ms[True])
@@ -88,8 +81,13 @@ def main() -> None:
               "ms_per_step_pruned": round(pruned, 2), "speedup": round(full / pruned, 1),
               "tokens_hashed_per_row": round(kept / (rows * args.steps), 1),
               "draws_agree": f"{agree}/{rows * args.steps}", "threads": torch.get_num_threads()}
-    emit(result, args.out)
+    print(result, flush=True)
+    case = {"rows": rows, "vocab": vocab}
+    records = [Record("sampler", "pruned" if prune else "full", case, statistics.median(ms[prune]) / 1e3, rows,
+                      args.steps, 0.0) for prune in (False, True)]
+    report(__file__, args, records, result)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
