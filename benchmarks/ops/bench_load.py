@@ -1,10 +1,10 @@
 """Loading a saved index (``Index.load``): memory-mapped (``mmap=True``, the CPU default) against a
 copy (``mmap=False``), on synthetic indexes of H facts x D dims (docs/methods/index.md#the-saved-index).
 
-Each synthetic index is written once with ``Index.save`` (the real format, fsynced) under ``--dir``
-and removed after its cases (``--keep`` keeps it): H facts of ~60 characters in passages of 4
+Each synthetic index is written once with ``Index.save`` (the real format, fsynced) under ``dir=``
+and removed after its cases (``keep=true`` keeps it): H facts of ~60 characters in passages of 4
 facts, H / 2 entities, 2 extracted (fact, entity) pairs per fact, H / 100 synonym pairs, and random
-unit-vector embeddings for facts, entities and passages in ``--dtype`` (float32: what the encoder
+unit-vector embeddings for facts, entities and passages in ``dtype=`` (float32: what the encoder
 stores; fact_emb alone is 1.5 GB at H = 1M, D = 384).
 
 Every case runs in its own subprocess (its RSS and peak belong to it alone) and measures:
@@ -19,33 +19,46 @@ Every case runs in its own subprocess (its RSS and peak belong to it alone) and 
   again s        the same query a second time
   peak MiB       the process's ``ru_maxrss``
 
-Cases (``--cases MODE:VERIFY ...``): MODE ``mmap`` or ``copy``, VERIFY ``auto``, ``true`` or
+Cases (``cases=MODE:VERIFY,...``): MODE ``mmap`` or ``copy``, VERIFY ``auto``, ``true`` or
 ``false`` (``Index.load``'s ``verify``: ``auto`` checks the embedding values unless they stay
-mapped and exceed 1 GiB). ``--cache cold`` evicts the index's files from the page cache before each
+mapped and exceed 1 GiB). ``cache=cold`` evicts the index's files from the page cache before each
 case (``posix_fadvise(DONTNEED)`` on those files only); ``warm`` leaves them there (just written
 or read by the previous case).
 
-    # the recorded run (benchmarks/README.md#index-load-bench_loadpy), niced on the 2-core box:
-    nice -n 10 python benchmarks/ops/bench_load.py --sizes 100000 1000000 --cache cold warm --label load_cpu
-    nice -n 10 python benchmarks/ops/bench_load.py --sizes 3000000 --cache cold   # 4.6 GB of fact_emb in /tmp
+    nice -n 10 python -m benchmarks ops bench_load sizes=100000,1000000 cache=cold,warm
+    nice -n 10 python -m benchmarks ops bench_load sizes=3000000 cache=cold   # 4.6 GB of fact_emb in /tmp
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
+from benchmarks._harness import Common, Record, opt, report, rss_bytes, script_args, time_once
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("mmap", "copy")
 VERIFY = {"auto": "auto", "true": True, "false": False}
+
+
+@dataclass
+class Config(Common):
+    sizes: tuple[int, ...] = opt((20_000,), "facts H of each synthetic index")
+    dim: int = opt(384, "embedding width D")
+    dtype: str = opt("float32", "float32, bfloat16 or float16")
+    cases: tuple[str, ...] = opt(("mmap:auto", "mmap:false", "mmap:true", "copy:auto"),
+                                 "MODE:VERIFY with MODE mmap|copy and VERIFY auto|true|false")
+    cache: tuple[str, ...] = opt(("cold",), "cold (evict the files first) and/or warm")
+    dir: str = opt("/tmp", "where the synthetic indexes are written")
+    keep: bool = opt(False, "keep the synthetic indexes")
+    write: int = opt(0, "internal: write an index of this many facts at path= (a worker)")
+    case: str = opt("", "internal: run one MODE:VERIFY case on path= (a worker)")
+    path: str = opt("", "internal: the index folder of a worker")
 
 
 # --- the synthetic index --------------------------------------------------------------------
@@ -82,10 +95,9 @@ def write_index(path: Path, num_facts: int, dim: int, dtype: str, seed: int = 0)
         fact_emb=unit_rows(h), entity_emb=unit_rows(v), passage_emb=unit_rows(p),
         meta={"encoder": "synthetic"},
     )
-    start = time.perf_counter()
-    index.save(path)
+    save_s = time_once(lambda: index.save(path))
     gen_dir = next(path.glob("gen-*"))
-    return {"save_s": time.perf_counter() - start,
+    return {"save_s": save_s,
             "tensors_mib": (gen_dir / "tensors.safetensors").stat().st_size / 2**20,
             "texts_mib": (gen_dir / "texts.json").stat().st_size / 2**20}
 
@@ -104,8 +116,6 @@ def evict(path: Path) -> None:
 # --- one case, in its own process -----------------------------------------------------------
 
 def _rss_mib() -> float:
-    from _harness import rss_bytes
-
     return rss_bytes() / 2**20
 
 
@@ -117,9 +127,9 @@ def run_case(path: Path, mode: str, verify: str, threads: int) -> dict:
     if threads:
         torch.set_num_threads(threads)
     base = _rss_mib()
-    start = time.perf_counter()
-    index = Index.load(path, mmap=mode == "mmap", verify=VERIFY[verify])
-    load_s = time.perf_counter() - start
+    loaded = {}
+    load_s = time_once(lambda: loaded.setdefault("index", Index.load(path, mmap=mode == "mmap", verify=VERIFY[verify])))
+    index = loaded["index"]
     load_mib = _rss_mib() - base
     q = torch.nn.functional.normalize(torch.randn(8, index.fact_emb.shape[1], generator=torch.Generator()
                                                   .manual_seed(1)), dim=1).to(index.fact_emb.dtype)
@@ -127,16 +137,11 @@ def run_case(path: Path, mode: str, verify: str, threads: int) -> dict:
     def query():
         return torch.topk((index.fact_emb @ q.t()).float(), 10, dim=0)
 
-    start = time.perf_counter()
-    query()
-    query_s = time.perf_counter() - start
+    query_s = time_once(query)
     query_mib = _rss_mib() - base
-    start = time.perf_counter()
-    query()
-    again_s = time.perf_counter() - start
-    start = time.perf_counter()
-    json.loads((IndexStore(path).generation().folder / "texts.json").read_text(encoding="utf-8"))  # the parse a load does
-    texts_s = time.perf_counter() - start
+    again_s = time_once(query)
+    texts = IndexStore(path).generation().folder / "texts.json"
+    texts_s = time_once(lambda: json.loads(texts.read_text(encoding="utf-8")))  # the parse a load does
     return {"H": index.num_facts, "D": int(index.fact_emb.shape[1]), "dtype": str(index.fact_emb.dtype)[6:],
             "mode": mode, "verify": verify, "load_s": load_s, "texts_s": texts_s, "load_mib": load_mib,
             "query_s": query_s, "query_mib": query_mib, "again_s": again_s,
@@ -145,8 +150,8 @@ def run_case(path: Path, mode: str, verify: str, threads: int) -> dict:
 
 
 def _worker(*argv: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True,
-                         cwd=ROOT).stdout
+    out = subprocess.run([sys.executable, "-m", "benchmarks.ops.bench_load", *argv], check=True, capture_output=True,
+                         text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -162,36 +167,21 @@ def print_table(rows: list[dict]) -> None:
 
 
 def to_record(row: dict):
-    """A case as a harness :class:`~_harness.Record` (one load per run; peak: the load's own MiB)."""
-    from _harness import Record
-
+    """A case as a harness :class:`~benchmarks._harness.Record` (one load per run; peak: the load's own MiB)."""
     case = {k: row[k] for k in ("H", "D", "dtype", "cache")}
     extra = {k: v for k, v in row.items() if k not in case and k not in ("load_s", "load_mib")}
     return Record("load", f"{row['mode']}:{row['verify']}", case, row["load_s"], 1, 1, row["load_mib"], extra)
 
 
 def main(argv=None) -> int:
-    from _harness import add_common_args, finish
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000], help="facts H")
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    parser.add_argument("--cases", nargs="+", default=["mmap:auto", "mmap:false", "mmap:true", "copy:auto"],
-                        help="MODE:VERIFY with MODE mmap|copy and VERIFY auto|true|false")
-    parser.add_argument("--cache", nargs="+", choices=("cold", "warm"), default=["cold"])
-    parser.add_argument("--dir", default="/tmp", help="where the synthetic indexes are written")
-    parser.add_argument("--keep", action="store_true", help="keep the synthetic indexes")
-    parser.add_argument("--write", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--case", help=argparse.SUPPRESS)
-    parser.add_argument("--path", help=argparse.SUPPRESS)
-    add_common_args(parser)
-    args = parser.parse_args(argv)
+    args = script_args(Config, __doc__, __file__, argv)
     cases = [tuple(c.split(":")) for c in args.cases]
     bad = [c for c in args.cases if len(c.split(":")) != 2 or c.split(":")[0] not in MODES
            or c.split(":")[1] not in VERIFY]
     if bad:
-        raise SystemExit(f"--cases takes MODE:VERIFY with MODE in {list(MODES)}, VERIFY in {list(VERIFY)} (got {bad})")
+        print(f"hpengine: error: cases= takes MODE:VERIFY with MODE in {list(MODES)}, VERIFY in {list(VERIFY)} "
+              f"(got {bad})", file=sys.stderr)
+        return 2
     if args.write:
         print(json.dumps(write_index(Path(args.path), args.write, args.dim, args.dtype)))
         return 0
@@ -203,21 +193,21 @@ def main(argv=None) -> int:
     for num in args.sizes:
         path = Path(args.dir) / f"hpengine-bench-load-{num}-{args.dim}-{args.dtype}-{os.getpid()}"
         try:
-            written = _worker("--write", str(num), "--path", str(path), "--dim", str(args.dim), "--dtype", args.dtype)
+            written = _worker(f"write={num}", f"path={path}", f"dim={args.dim}", f"dtype={args.dtype}")
             print(json.dumps({"H": num, **written}), file=sys.stderr, flush=True)
             for cache in args.cache:
                 for mode, verify in cases:
                     if cache == "cold":
                         evict(path)
-                    row = _worker("--case", f"{mode}:{verify}", "--path", str(path), "--threads", str(args.threads))
+                    row = _worker(f"case={mode}:{verify}", f"path={path}", f"threads={args.threads}")
                     rows.append({**row, "cache": cache, **written})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         finally:
             if not args.keep:
                 shutil.rmtree(path, ignore_errors=True)
     print_table(rows)
-    return finish(args, [to_record(r) for r in rows], {"sizes": args.sizes, "dim": args.dim, "dtype": args.dtype,
-                                                        "cases": args.cases, "cache": args.cache})
+    report(__file__, args, [to_record(r) for r in rows])
+    return 0
 
 
 if __name__ == "__main__":
