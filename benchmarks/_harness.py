@@ -382,6 +382,11 @@ def _show(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def as_words(cfg, skip=()) -> list:
+    """``cfg``'s keys as ``key=value`` words (what :func:`parse` reads back), less those in ``skip``."""
+    return [f"{k}={_show(v)}" for k, v in asdict(cfg).items() if k not in skip]
+
+
 def help_text(cls, doc: str = "", prog: str = "") -> str:
     """``--help`` of a benchmark: its docstring, then every key with its type, default and help."""
     hints = _hints(cls)

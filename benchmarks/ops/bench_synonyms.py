@@ -5,55 +5,53 @@ exactly) vs FAISS HNSW and IVF vs HippoRAG's own all-pairs KNN.
 Every (implementation, V) case runs in its own subprocess, so that peak RSS (``ru_maxrss``) belongs
 to that case alone; "extra MiB" is peak RSS minus the RSS after the embeddings were loaded, i.e. the
 search's own working set. A case is one timed call (wall and process CPU seconds) after a small
-warm-up (its seconds are reported: for nndescent they are numba's one-off compilation); the rows are harness ``Record`` s, so ``--label``, ``--compare`` and
-``--fail-if-regression`` work as for the other op benchmarks.
+warm-up (its seconds are reported: for nndescent they are numba's one-off compilation); the rows are harness ``Record`` s, so ``python -m benchmarks compare`` works
+as for the other op benchmarks.
 
-Implementations (``--grid IMPL=V,V,...``):
+Implementations (``grid=IMPL:V,IMPL:V,...``):
   torch     synonym_pairs(backend="torch"): exact, the reference (what "auto" runs up to 100k keys)
   faiss     synonym_pairs(backend="faiss"): exact, IndexFlatIP
-  nndescent synonym_pairs(backend="nndescent", ann_neighbors=--ann-neighbors): approximate (what
+  nndescent synonym_pairs(backend="nndescent", ann_neighbors=ann_neighbors): approximate (what
             "auto" runs above 100k keys)
-  hnsw      (an alternative measured for the choice) FAISS IndexHNSWFlat, inner product, M --hnsw-m,
-            efConstruction --ef-construction, efSearch --ef-search, built on --threads; top-17 per
+  hnsw      (an alternative measured for the choice) FAISS IndexHNSWFlat, inner product, M hnsw_m=,
+            efConstruction ef_construction=, efSearch ef_search=, built on threads=; top-17 per
             name (its distances are exact), then threshold and cap as above
-  ivfflat   (an alternative measured for the choice) FAISS IndexIVFFlat (names // --cell-size lists,
-            k-means 5 iterations on 16 names per list), --nprobe lists searched per name; top-17,
+  ivfflat   (an alternative measured for the choice) FAISS IndexIVFFlat (names // cell_size= lists,
+            k-means 5 iterations on 16 names per list), nprobe= lists searched per name; top-17,
             threshold, cap
-  hipporag  HippoRAG's retrieve_knn (src/hipporag/utils/embed_utils.py, loaded from --hipporag-src:
+  hipporag  HippoRAG's retrieve_knn (src/hipporag/utils/embed_utils.py, loaded from hipporag_src=:
             query batches of 1000 x key batches of 10000, top-2047 per name) followed by the loop of
             HippoRAG.add_synonymy_edges (keep neighbours with score >= eta, at most 101 per name,
             names with more than 2 alphanumerics), as HippoRAG builds its synonymy edges.
 All search all names against all names, threshold 0.8, at most 16 per name (HippoRAG: 101), self
 pairs excluded.
 
-Recall (approximate rows): pairs found / exact pairs, on ``--recall-queries`` random query names whose exact
+Recall (approximate rows): pairs found / exact pairs, on ``recall_queries=`` random query names whose exact
 neighbours are computed by brute force for just those queries (exact search over all V names), and
-over all names where V <= --full-recall-max (the exact all-pairs result, computed untimed).
+over all names where V <= full_recall_max= (the exact all-pairs result, computed untimed).
 
-Data (``--data``):
+Data (``data=``):
   minilm     real all-MiniLM-L6-v2 embeddings (hpengine's "minilm" encoder, fp32, unit norm) of
              entity-like names: the titles and capitalised phrases of the three dev corpora without
              digits (~119k) plus surface variants of them ("J. Smith", "Smith", lower case,
-             "the X", "X (film)", ...) up to the largest V; encoded once into --minilm-cache
+             "the X", "X (film)", ...) up to the largest V; encoded once into minilm_cache=
              (~15-20 min for 200k names on 2 cores), the first V of one shuffled list per case.
-  index      the names of a built index (--index; e.g. bench_scale.py's 100k index: 424k MiniLM
+  index      the names of a built index (index=; e.g. bench_scale.py's 100k index: 424k MiniLM
              names of the amplified corpus), V of them sampled with a fixed seed.
   synthetic  random unit vectors calibrated on MuSiQue's entity-name embeddings (mean cosine 0.16,
              std 0.10, ~0.5 pairs >= 0.8 per name, 25% of names with any, PCA-64 variance 0.59):
              a common direction, topics, an anisotropic spectrum, Zipf-sized families of variants.
 
-    # the recorded run (benchmarks/README.md#synonym-search), one thread:
+    # the recorded run (benchmarks/analysis/EXPERIMENTS.md), one thread:
     git clone https://github.com/OSU-NLP-Group/HippoRAG /tmp/HippoRAG   # c617143 was timed
-    python benchmarks/ops/bench_synonyms.py --data minilm --threads 1 \\
-        --hipporag-src /tmp/HippoRAG/src/hipporag/utils/embed_utils.py \\
-        --grid torch=10000,20000,40000,80000 hipporag=10000,20000,40000 \\
-               nndescent=20000,40000,80000,160000,200000 hnsw=20000,160000,200000 ivfflat=20000,200000 \\
-        --label synonyms_minilm_t1
-    python benchmarks/ops/bench_synonyms.py --grid torch=5000 nndescent=5000 faiss=5000   # quick look
+    python -m benchmarks ops bench_synonyms data=minilm threads=1 \\
+        hipporag_src=/tmp/HippoRAG/src/hipporag/utils/embed_utils.py \\
+        grid=torch:10000,torch:20000,torch:40000,torch:80000,hipporag:10000,hipporag:20000,hipporag:40000,\\
+nndescent:20000,nndescent:80000,nndescent:200000,hnsw:20000,hnsw:200000,ivfflat:20000,ivfflat:200000
+    python -m benchmarks ops bench_synonyms grid=torch:5000,nndescent:5000,faiss:5000   # quick look
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -63,9 +61,10 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
+from benchmarks._harness import Common, Record, as_words, opt, report, script_args, time_once
 
 IMPLS = ("torch", "faiss", "nndescent", "hnsw", "ivfflat", "hipporag")
 APPROXIMATE = ("nndescent", "hnsw", "ivfflat")
@@ -298,13 +297,11 @@ def run_case(impl: str, num: int, args) -> dict:
         search = lambda: synonym_pairs(emb, emb, **kwargs)  # noqa: E731
         warm_up = lambda: (synonym_pairs(emb[:1024], emb[:1024], **kwargs),  # noqa: E731
                            synonym_pairs(emb[:256].clone(), emb[:1024], **kwargs))
-    start = time.perf_counter()
-    warm_up()
-    warm_up_seconds = time.perf_counter() - start
+    warm_up_seconds = time_once(warm_up)
     base = _rss_mib()
-    start, cpu = time.perf_counter(), time.process_time()
-    pairs = search()
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    found, cpu = {}, time.process_time()
+    seconds = time_once(lambda: found.setdefault("pairs", search()))
+    pairs, cpu = found["pairs"], time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     row = {"impl": impl, "V": num, "D": emb.shape[1], "data": args.data, "seconds": seconds, "cpu_seconds": cpu,
            "peak_rss_mib": peak, "extra_mib": peak - base, "threads": torch.get_num_threads(),
@@ -329,16 +326,8 @@ def run_case(impl: str, num: int, args) -> dict:
 
 
 def _spawn(impl: str, num: int, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", impl, "--grid", f"{impl}={num}", "--data", args.data,
-           "--data-dir", args.data_dir, "--minilm-cache", args.minilm_cache, "--block-size", str(args.block_size),
-           "--threshold", str(args.threshold), "--k", str(args.k), "--cell-size", str(args.cell_size),
-           "--nprobe", str(args.nprobe), "--ef-search", str(args.ef_search), "--hnsw-m", str(args.hnsw_m),
-           "--ef-construction", str(args.ef_construction), "--ann-neighbors", str(args.ann_neighbors), "--ann-dims", str(args.ann_dims), "--recall-queries", str(args.recall_queries),
-           "--full-recall-max", str(args.full_recall_max), "--threads", str(args.threads), "--device", args.device]
-    if args.hipporag_src:
-        cmd += ["--hipporag-src", args.hipporag_src]
-    if args.index:
-        cmd += ["--index", args.index]
+    cmd = [sys.executable, "-m", "benchmarks.ops.bench_synonyms", f"worker={impl}", f"grid={impl}:{num}",
+           *as_words(args, skip=("worker", "grid", "out", "profile"))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -365,9 +354,7 @@ def print_table(rows: list[dict]) -> None:
 
 
 def to_record(row: dict):
-    """A worker's row as a harness :class:`~_harness.Record` (items: names; peak: the search's own MiB)."""
-    from _harness import Record
-
+    """A worker's row as a harness :class:`~benchmarks._harness.Record` (items: names; peak: the search's own MiB)."""
     extra = {k: v for k, v in row.items() if k not in ("impl", "V", "D", "seconds", "extra_mib")}
     return Record("synonyms", row["impl"], {"V": row["V"], "D": row["D"], "data": row["data"]}, row["seconds"],
                   row["V"], 1, row["extra_mib"], extra)
@@ -376,51 +363,60 @@ def to_record(row: dict):
 def _parse_grid(items: list) -> list:
     cases = []
     for item in items:
-        impl, _, sizes = item.partition("=")
-        if impl not in IMPLS or not sizes:
-            raise SystemExit(f"--grid takes IMPL=V[,V...] with IMPL one of {list(IMPLS)} (got {item!r})")
-        cases += [(impl, int(v)) for v in sizes.split(",")]
+        impl, _, size = item.partition(":")
+        if impl not in IMPLS or not size.isdigit():
+            raise ValueError(f"grid= takes IMPL:V,... with IMPL one of {list(IMPLS)} (got {item!r})")
+        cases.append((impl, int(size)))
     return cases
 
 
-def main(argv=None) -> int:
-    from _harness import add_common_args, finish
+@dataclass
+class Config(Common):
+    grid: tuple[str, ...] = opt(("torch:5000", "faiss:5000"), "IMPL:V cases (V names; nndescent compiles for a minute first)")
+    data: str = opt("synthetic", "minilm, synthetic or index")
+    index: str = opt("", "data=index: a built index whose names (stored embeddings) are sampled")
+    data_dir: str = opt(str(ROOT.parent / "shared" / "data"), "the dev corpora (minilm)")
+    minilm_cache: str = opt(str(Path.home() / ".cache" / "hpengine" / "bench_synonyms_minilm.pt"),
+                            "where data=minilm's encoded names are cached")
+    hipporag_src: str = opt("", "HippoRAG's src/hipporag/utils/embed_utils.py (for impl hipporag)")
+    block_size: int = opt(2048, "names per block of the exact search")
+    threshold: float = opt(0.8, "cosine threshold of a synonym pair")
+    k: int = opt(16, "pairs kept per name")
+    ann_neighbors: int = opt(24, "nndescent: candidates per name")
+    ann_dims: int = opt(0, "nndescent: dimensions searched (synonym_pairs' ann_dims; 0: by size)")
+    cell_size: int = opt(128, "ivfflat: names per list")
+    nprobe: int = opt(8, "ivfflat: lists searched per name")
+    hnsw_m: int = opt(32, "hnsw: graph degree M")
+    ef_construction: int = opt(80, "hnsw: build beam")
+    ef_search: int = opt(64, "hnsw: search beam")
+    recall_queries: int = opt(2000, "names whose pairs are checked against the exact search")
+    full_recall_max: int = opt(40_000, "largest V whose recall is checked over all names")
+    worker: str = opt("", "internal: run one case in this process (a worker)")
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", nargs="+", default=["torch=5000", "nndescent=5000"], help="IMPL=V[,V...] cases")
-    parser.add_argument("--data", choices=("minilm", "synthetic", "index"), default="synthetic")
-    parser.add_argument("--index", help="--data index: a built index whose names (stored embeddings) are sampled")
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"), help="the dev corpora (minilm)")
-    parser.add_argument("--minilm-cache", default=str(Path.home() / ".cache" / "hpengine" / "bench_synonyms_minilm.pt"))
-    parser.add_argument("--hipporag-src", help="HippoRAG's src/hipporag/utils/embed_utils.py (for impl hipporag)")
-    parser.add_argument("--block-size", type=int, default=2048)
-    parser.add_argument("--threshold", type=float, default=0.8)
-    parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--ann-neighbors", type=int, default=24, help="nndescent: candidates per name")
-    parser.add_argument("--ann-dims", type=int, default=0,
-                        help="nndescent: dimensions searched (synonym_pairs' ann_dims; 0: by size)")
-    parser.add_argument("--cell-size", type=int, default=128, help="ivfflat: names per list")
-    parser.add_argument("--nprobe", type=int, default=8, help="ivfflat: lists searched per name")
-    parser.add_argument("--hnsw-m", type=int, default=32, help="hnsw: graph degree M")
-    parser.add_argument("--ef-construction", type=int, default=80, help="hnsw: build beam")
-    parser.add_argument("--ef-search", type=int, default=64, help="hnsw: search beam")
-    parser.add_argument("--recall-queries", type=int, default=2000)
-    parser.add_argument("--full-recall-max", type=int, default=40_000)
-    parser.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    cases = _parse_grid(args.grid)
+
+def main(argv=None) -> int:
+    args = script_args(Config, __doc__, __file__, argv)
+    if args.data not in ("minilm", "synthetic", "index"):
+        print(f"hpengine: error: data= takes minilm, synthetic or index (got {args.data!r})", file=sys.stderr)
+        return 2
+    try:
+        cases = _parse_grid(args.grid)
+    except ValueError as e:
+        print(f"hpengine: error: {e}", file=sys.stderr)
+        return 2
     if args.worker:
         print(json.dumps(run_case(args.worker, cases[0][1], args)))
         return 0
     if any(impl == "hipporag" for impl, _ in cases) and not args.hipporag_src:
-        raise SystemExit("impl hipporag needs --hipporag-src PATH/src/hipporag/utils/embed_utils.py (got none)")
+        print("hpengine: error: impl hipporag needs hipporag_src=PATH/src/hipporag/utils/embed_utils.py", file=sys.stderr)
+        return 2
     rows = []
     for impl, num in cases:
         rows.append(_spawn(impl, num, args))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print_table(rows)
-    return finish(args, [to_record(r) for r in rows], {"grid": args.grid, "data": args.data})
+    report(__file__, args, [to_record(r) for r in rows])
+    return 0
 
 
 if __name__ == "__main__":
