@@ -95,13 +95,10 @@ def builtin_index():
 
 @pytest.fixture(scope="session")
 def load_benchmark():
-    """``name -> module``: a script of benchmarks/ (``"e2e/amplify_corpus"``) imported from its file."""
-    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    """``name -> module``: a script of benchmarks/ (``"e2e/amplify_corpus"``) imported as a module of
+    the ``benchmarks`` package (the repository root is on ``sys.path``: pytest.ini's ``pythonpath``)."""
 
     def load(name: str):
-        spec = importlib.util.spec_from_file_location(Path(name).name, root / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return importlib.import_module("benchmarks." + name.replace("/", "."))
 
     return load

@@ -1,6 +1,6 @@
 """Can a fusion rule learned from the members' ranks generalise across datasets? Leave one dataset out.
 
-    python benchmarks/analysis/fusion_rank_table.py \
+    python -m benchmarks analysis fusion_rank_table \
         --set musique IDX/musique_e5 ../shared/data/musique/dev.json \
         --set 2wikimultihopqa IDX/2wikimultihopqa_e5 ../shared/data/2wikimultihopqa/dev.json \
         --set hotpotqa IDX/hotpotqa_e5 ../shared/data/hotpotqa/dev.json --threads 2
@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # fusion_sweep
 
-from fusion_sweep import MEMBERS, member_outputs  # noqa: E402
+from benchmarks.analysis.fusion_sweep import MEMBERS, member_outputs  # noqa: E402
 
 BUCKETS = (0, 1, 2, 3, 5, 10)  # 0-based rank r is in bucket b when BUCKETS[b] <= r < BUCKETS[b + 1]
 

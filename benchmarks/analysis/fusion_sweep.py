@@ -3,7 +3,7 @@ set fuses the same member rankings through ``FusionRetriever._fuse`` (the method
 grid of rules costs one run of the members. The chosen configuration is then run end to end with
 ``retriever=fusion`` through ``hpengine.jobs.evaluate`` and must give the sweep's numbers.
 
-    python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
+    python -m benchmarks analysis fusion_sweep --index IDX --questions ../shared/data/musique/dev.json \
         --threads 2 --label fusion_sweep_musique_e5
 
 Members: HyperProve, PPR and dense at their defaults, 10 passages each, no LLM. Candidates: the
@@ -17,9 +17,9 @@ row 0: none); ``--named-grid`` sweeps the anchors the question names as well
 also records the recalls of the even- and odd-numbered questions (``halves``; ``link_folds.py``
 chooses on one half and checks on the other).
 
-    python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
+    python -m benchmarks analysis fusion_sweep --index IDX --questions ../shared/data/musique/dev.json \
         --restart-share 0.1 --link-grid --threads 2 --label fusion_links_musique_e5
-    python benchmarks/analysis/fusion_sweep.py --index IDX --questions ../shared/data/musique/dev.json \
+    python -m benchmarks analysis fusion_sweep --index IDX --questions ../shared/data/musique/dev.json \
         --restart-share 0.1 --named-grid --threads 2 --label fusion_named_musique_e5
 """
 from __future__ import annotations
@@ -28,12 +28,10 @@ import argparse
 import dataclasses
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import result_path, write_json  # noqa: E402
+from benchmarks._harness import result_path, write_json  # noqa: E402
 
 MEMBERS = ("hyperprove", "ppr", "dense")
 #: (rule, rrf_k, weights for MEMBERS, lead_passages[, lead member (default dense)])

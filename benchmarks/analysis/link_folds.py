@@ -3,8 +3,8 @@
 (three datasets x two encoders), from the saved ``fusion_sweep.py --link-grid`` (or
 ``--named-grid``) results (their ``halves``: recalls of the even- and odd-numbered questions).
 
-    python benchmarks/analysis/link_folds.py          # reads benchmarks/results/fusion_links_*_{e5,minilm}.json
-    python benchmarks/analysis/link_folds.py --prefix fusion_named   # the --named-grid results
+    python -m benchmarks analysis link_folds          # reads benchmarks/results/fusion_links_*_{e5,minilm}.json
+    python -m benchmarks analysis link_folds --prefix fusion_named   # the --named-grid results
 
 First, every setting on all the questions: its worst cell of (R@5 - the best single method's R@5,
 each method alone as ``fusion_sweep.py`` without ``--restart-share`` ran it), its worst cell of
@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import result_path  # noqa: E402
+from benchmarks._harness import result_path  # noqa: E402
 
 CELLS = [(d, e) for e in ("e5", "minilm") for d in ("musique", "2wikimultihopqa", "hotpotqa")]
 

@@ -8,19 +8,17 @@ PPR does (dense fill), through the fusion's own code for ``engine.restart_share`
 ``--dense-lead N`` puts dense's first N passages ahead. Prints R@2 / R@5 per ``beta`` beside both
 members'.
 
-    python benchmarks/analysis/ppr_from_hyperprove.py --index-root /work/idx --index-suffix _e5 \
+    python -m benchmarks analysis ppr_from_hyperprove --index-root /work/idx --index-suffix _e5 \
         --threads 2 --label ppr_from_hyperprove_e5
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import add_dev_set_args, load_dev_set, run_dev_sets  # noqa: E402
+from benchmarks._harness import add_dev_set_args, load_dev_set, run_dev_sets  # noqa: E402
 
 BETAS = [0.0, 0.25, 0.5, 1.0, 2.0, 4.0]
 

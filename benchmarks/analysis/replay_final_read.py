@@ -5,7 +5,7 @@ steps for choice and yes/no questions only), each scored as read and after ``res
 choice question's answer mapped back to its option through the chain). Costs one batched read
 per variant instead of a whole run.
 
-    python benchmarks/analysis/replay_final_read.py --run llm100/2wikimultihopqa_hyperprove.json \\
+    python -m benchmarks analysis replay_final_read --run llm100/2wikimultihopqa_hyperprove.json \\
         --questions ../shared/data/2wikimultihopqa/dev.json --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b
 
 "same as the run" counts the answers equal to the run's own (before ``resolve_choice``); for the
@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 def main() -> None:
@@ -40,7 +37,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from _harness import write_json
+    from benchmarks._harness import write_json
     from hpengine.eval import exact_match, f1_score
     from hpengine.models import Reader
     from hpengine.pipeline import is_comparison, resolve_choice

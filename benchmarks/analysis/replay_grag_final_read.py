@@ -5,7 +5,7 @@ engine would at that variant (its passages from ``path_read_passages``, its prom
 mapping from the engine's final read step) and the paths vote as the engine does
 (``self_consistency_vote``). Costs one batched read per variant instead of a whole run.
 
-    python benchmarks/analysis/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
+    python -m benchmarks analysis replay_grag_final_read --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
         --llm /work/models/qwen2.5-coder-1.5b --set engine.fact_weight=0 \\
         --variants "engine.final_passages=0 engine.final_with_steps=always engine.resolve_choice=false" \\
                    "engine.final_with_question=true"
@@ -23,7 +23,7 @@ A variant's ``engine.restate_ends_path`` ends each recorded path where the engin
 rereads only the questions where a variant ends a path earlier or shows its final read other
 steps (``final_skip_restated``):
 
-    python benchmarks/analysis/replay_grag_final_read.py --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
+    python -m benchmarks analysis replay_grag_final_read --run OUT/hotpotqa_grag.json --index IDX/hotpotqa \\
         --llm /work/models/qwen2.5-coder-1.5b --set engine.restate_ends_path=false engine.final_skip_restated=false \\
         --only-changed --variants "" "engine.restate_ends_path=true" "engine.final_skip_restated=true" \\
         "engine.restate_ends_path=true engine.final_skip_restated=true"
@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 class _CachedReader:
@@ -97,8 +94,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from _harness import write_json
-    from _presets import apply_overrides
+    from benchmarks._harness import write_json
+    from benchmarks._presets import apply_overrides
     from revote_grag import recorded_paths  # this folder's
     from hpengine.config import EncoderConfig, GragConfig
     from hpengine.eval import exact_match, f1_score, normalize_answer

@@ -3,7 +3,7 @@
 engine change that leaves the reads alone (search text, linking, ranking, hop parameters) is
 measured on the LLM-mode chains in seconds instead of a ~25-minute run.
 
-    python benchmarks/analysis/replay_retrieval.py --run llm100/hotpotqa_hyperprove.json \\
+    python -m benchmarks analysis replay_retrieval --run llm100/hotpotqa_hyperprove.json \\
         --questions ../shared/data/hotpotqa/dev.json --index IDX/hotpotqa \\
         --set engine.search_template={subquery} --set engine.search_template='{subquery} {question}'
 
@@ -17,10 +17,7 @@ import argparse
 import json
 import os
 import shlex
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 class RecordedLLM:
@@ -50,7 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from _presets import apply_overrides  # the override syntax of bench_qa.py --set
+    from benchmarks._presets import apply_overrides  # the override syntax of bench_qa.py --set
 
     from hpengine.config import EncoderConfig, RetrievalConfig
     from hpengine.eval import load_questions, recall_at_k

@@ -3,7 +3,7 @@ the engine's vote as it is now (``self_consistency_vote``): no model, no retriev
 answer and score come from the record's ``paths`` (runs before that field: its notes), so this
 measures a change to the vote alone on runs already made.
 
-    python benchmarks/analysis/revote_grag.py OUT/hotpotqa_grag.json OUT/musique_grag.json
+    python -m benchmarks analysis revote_grag OUT/hotpotqa_grag.json OUT/musique_grag.json
 
 Prints, per run, EM / F1 as recorded and as recounted, how many predictions change, how many votes
 are unanimous (every voting path's normalised answer the same) and the oracle F1 (the best of the
@@ -12,12 +12,12 @@ voting paths per question: what a perfect vote could reach).
 with more paths than a variant needs (greedy paths 0-2 and sampled paths 3-4, say) measures every
 subset of its paths from one run:
 
-    python benchmarks/analysis/revote_grag.py OUT/hotpotqa_grag.json --paths 0,1,2
+    python -m benchmarks analysis revote_grag OUT/hotpotqa_grag.json --paths 0,1,2
 
 A run still in progress is recounted from its checkpoint (``eval.checkpoint``, bench_qa
 ``--checkpoint-dir``) with its question file for the gold answers:
 
-    python benchmarks/analysis/revote_grag.py CKPT/hotpotqa_grag.jsonl --questions ../shared/data/hotpotqa/dev.json
+    python -m benchmarks analysis revote_grag CKPT/hotpotqa_grag.jsonl --questions ../shared/data/hotpotqa/dev.json
 """
 from __future__ import annotations
 

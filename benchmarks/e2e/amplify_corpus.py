@@ -1,8 +1,8 @@
 """Deterministic corpus amplifier: the real passages of the three dev corpora, grown to any size N
 by renamed copies, so that text, sentence shapes and entity statistics stay realistic.
 
-    python benchmarks/e2e/amplify_corpus.py --size 100000 --seed 0 --out /tmp/scale/corpus_100000.json
-    python benchmarks/e2e/amplify_corpus.py --size 30000 --seed 0 --out c.json --data-dir ../shared/data
+    python -m benchmarks e2e amplify_corpus --size 100000 --seed 0 --out /tmp/scale/corpus_100000.json
+    python -m benchmarks e2e amplify_corpus --size 30000 --seed 0 --out c.json --data-dir ../shared/data
 
 Design (issue 31 §4; ``bench_scale.py`` indexes and queries its output):
 

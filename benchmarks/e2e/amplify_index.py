@@ -2,10 +2,10 @@
 at the structure level, its build stages (synonyms, save) timed in this process and its reader
 stages (load, structure, the question mix) in a fresh one, each stage with its own peak RSS.
 
-    python benchmarks/e2e/amplify_index.py --index /work/scale/index_100000 --copies 10 \
+    python -m benchmarks e2e amplify_index --index /work/scale/index_100000 --copies 10 \
         --work-dir /work/scale --label engine_1m
-    python benchmarks/e2e/amplify_index.py --index /work/scale/index_10000 --copies 10 --work-dir /tmp/a  # 100k
-    python benchmarks/e2e/amplify_index.py --serve /work/scale/index_x10   # reader stages of a kept index
+    python -m benchmarks e2e amplify_index --index /work/scale/index_10000 --copies 10 --work-dir /tmp/a  # 100k
+    python -m benchmarks e2e amplify_index --serve /work/scale/index_x10   # reader stages of a kept index
 
 Amplification (:func:`amplify`): ``copies`` copies of every passage, fact and entity. Copy 0 is the
 index itself; copy ``j >= 1`` renames every entity (``name ~t``, ``t`` the copy's tag in letters)
@@ -49,10 +49,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/: the shared _harness
-sys.path.insert(0, str(HERE))  # bench_scale's question mix
 
-from _harness import Record, add_common_args, finish, write_json  # noqa: E402
+from benchmarks._harness import Record, add_common_args, finish, write_json  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -286,7 +284,7 @@ def reader_stages(args, folder: Path, timed) -> dict:
     from hpengine.models import encoder_for_index
     from hpengine.pipeline import Engine, get_retriever
 
-    from bench_scale import WARMUP_QUESTIONS, question_mix
+    from benchmarks.e2e.bench_scale import WARMUP_QUESTIONS, question_mix
 
     index = timed("load", lambda: Index.load(folder))
     timed("structure", lambda: index.graph.transition())

@@ -8,7 +8,7 @@ With ``--synonyms nndescent`` the approximate setting also replaces the index's 
 name embeddings and settings (``graph.synonym_backend=nndescent``, what ``auto`` picks above
 ``synonym_exact_max_keys`` names), and reports the pair recall: every approximate search on.
 
-    python benchmarks/e2e/bench_approximate.py --index-root /work/idx --datasets 2wikimultihopqa musique hotpotqa \
+    python -m benchmarks e2e bench_approximate --index-root /work/idx --datasets 2wikimultihopqa musique hotpotqa \
         --threads 2 --label approximate_dev
 
 An index per dataset at ``INDEX_ROOT/NAME`` (``--index-suffix``: ``INDEX_ROOT/NAME<suffix>``) (``hpengine index corpus=DATA/NAME/corpus.json
@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import add_dev_set_args, load_dev_set, run_dev_sets  # noqa: E402
+from benchmarks._harness import add_dev_set_args, load_dev_set, run_dev_sets  # noqa: E402
 
 
 

@@ -3,7 +3,7 @@ small against the expansion; forced here) against the materialised expansion, on
 sets: each graph method's R@2 / R@5, how many questions rank their gold passages exactly as the
 other graph does, q/s, and the structure step's seconds, side by side in one process.
 
-    python benchmarks/e2e/bench_factored.py --index-root /work/idx --index-suffix _e5 \
+    python -m benchmarks e2e bench_factored --index-root /work/idx --index-suffix _e5 \
         --datasets 2wikimultihopqa musique hotpotqa --threads 2 --label factored_dev_e5
 
 An index per dataset at ``INDEX_ROOT/NAME<suffix>``; its dev questions at ``DATA/NAME/dev.json``
@@ -11,7 +11,7 @@ An index per dataset at ``INDEX_ROOT/NAME<suffix>``; its dev questions at ``DATA
 3-step walk on random seeds, both graphs, on the given indexes (any size; the 100k scaling index
 shows where the factors pay):
 
-    python benchmarks/e2e/bench_factored.py --index-root - --op-indexes /work/idx/2wikimultihopqa \
+    python -m benchmarks e2e bench_factored --index-root - --op-indexes /work/idx/2wikimultihopqa \
         /work/scale/index_100000 --threads 1 --label factored_ops_t1
 
 The two graphs differ only in floating-point summation order (``B X`` against
@@ -24,11 +24,9 @@ import argparse
 import dataclasses
 import sys
 import time
-from pathlib import Path
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
-from _harness import add_dev_set_args, load_dev_set, result_path, run_dev_sets, write_json  # noqa: E402
+from benchmarks._harness import add_dev_set_args, load_dev_set, result_path, run_dev_sets, write_json  # noqa: E402
 
 #: questions each engine answers untimed first (encoder and retriever warm-up)
 WARMUP = 8

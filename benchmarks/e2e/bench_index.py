@@ -1,9 +1,9 @@
 """Index build benchmark: wall time per stage, peak RSS, counts (fast extractor, CPU by default).
 
-    python benchmarks/e2e/bench_index.py --corpus ../shared/data/2wikimultihopqa/corpus.json --out /tmp/idx_2wiki
-    python benchmarks/e2e/bench_index.py --corpus ../shared/data/hotpotqa/corpus.json --out /tmp/idx_hotpot
-    python benchmarks/e2e/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_e5/musique --encoder e5-small
-    python benchmarks/e2e/bench_index.py --corpus ../shared/data/musique/corpus.json --out /tmp/idx_g/musique --grag
+    python -m benchmarks e2e bench_index --corpus ../shared/data/2wikimultihopqa/corpus.json --out /tmp/idx_2wiki
+    python -m benchmarks e2e bench_index --corpus ../shared/data/hotpotqa/corpus.json --out /tmp/idx_hotpot
+    python -m benchmarks e2e bench_index --corpus ../shared/data/musique/corpus.json --out /tmp/idx_e5/musique --encoder e5-small
+    python -m benchmarks e2e bench_index --corpus ../shared/data/musique/corpus.json --out /tmp/idx_g/musique --grag
 
 Each run is one process (peak RSS is per process). Prints the report as JSON and, with
 --label NAME, saves it to benchmarks/results/index_NAME.json.
@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
 
 
 def main() -> None:
@@ -35,8 +33,8 @@ def main() -> None:
     from hpengine.config import ExtractorConfig, GragBuildConfig, IndexConfig
     from hpengine.jobs import format_report, run_index
 
-    from _harness import result_path, write_json
-    from _presets import encoder_preset
+    from benchmarks._harness import result_path, write_json
+    from benchmarks._presets import encoder_preset
 
     cfg = IndexConfig(corpus=args.corpus, out=args.out, device=args.device,
                       extractor=ExtractorConfig(kind=args.extractor, device=args.device),

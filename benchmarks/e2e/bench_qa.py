@@ -1,8 +1,8 @@
 """End-to-end QA evaluation: dense vs HyperProve on the dev questions of the real benchmarks.
 
-    # indexes first (fast extractor): python benchmarks/e2e/bench_index.py --corpus ../shared/data/<d>/corpus.json --out IDX/<d>
-    python benchmarks/e2e/bench_qa.py --data-root ../shared/data --index-root IDX            # no-LLM mode, all questions
-    python benchmarks/e2e/bench_qa.py --data-root ../shared/data --index-root IDX \\
+    # indexes first (fast extractor): python -m benchmarks e2e bench_index --corpus ../shared/data/<d>/corpus.json --out IDX/<d>
+    python -m benchmarks e2e bench_qa --data-root ../shared/data --index-root IDX            # no-LLM mode, all questions
+    python -m benchmarks e2e bench_qa --data-root ../shared/data --index-root IDX \\
         --llm ~/.cache/hpengine/models/qwen2.5-coder-1.5b --max-questions 100 --batch-size 16   # LLM decomposer + reader
 
 One index and encoder load per dataset; every retriever in a table uses the same embedder, reader,
@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
-from _harness import write_json  # noqa: E402
-from _presets import DATASETS, apply_overrides  # noqa: E402
+from benchmarks._harness import write_json  # noqa: E402
+from benchmarks._presets import DATASETS, apply_overrides  # noqa: E402
 
 
 def main() -> None:

@@ -2,11 +2,11 @@
 real corpora (``amplify_corpus.py``: the 19,342 distinct passages of the three dev corpora, then
 renamed copies).
 
-    python benchmarks/e2e/bench_scale.py --label scale_cpu             # 10k, 30k, 100k: the whole table
-    nice -n 10 python benchmarks/e2e/bench_scale.py --sizes 3000 10000 30000 --threads 1 \
+    python -m benchmarks e2e bench_scale --label scale_cpu             # 10k, 30k, 100k: the whole table
+    nice -n 10 python -m benchmarks e2e bench_scale --sizes 3000 10000 30000 --threads 1 \
         --encoder-dtype float32 --work-dir /tmp/hpengine_scale --keep-indexes --label scale_cpu_t1
-    python benchmarks/e2e/bench_scale.py --sizes 3000 10000 --keep-indexes     # then, adding a size:
-    python benchmarks/e2e/bench_scale.py --sizes 3000 10000 30000 --keep-indexes --reuse
+    python -m benchmarks e2e bench_scale --sizes 3000 10000 --keep-indexes     # then, adding a size:
+    python -m benchmarks e2e bench_scale --sizes 3000 10000 30000 --keep-indexes --reuse
 
 For each size N:
 
@@ -51,10 +51,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/: the shared _harness, _presets
-sys.path.insert(0, str(HERE))  # amplify_corpus
 
-from _harness import Record, add_common_args, finish, write_json  # noqa: E402
+from benchmarks._harness import Record, add_common_args, finish, write_json  # noqa: E402
 
 DATASETS = ("2wikimultihopqa", "hotpotqa", "musique")
 STAGES = ("extract", "embed", "merge", "synonyms", "structure", "save")
@@ -320,7 +318,7 @@ def main() -> int:
     if missing:
         print(f"bench_scale: {', '.join(missing)} missing under --data-dir (got {args.data_dir})", file=sys.stderr)
         return 2
-    import amplify_corpus
+    from benchmarks.e2e import amplify_corpus
 
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)

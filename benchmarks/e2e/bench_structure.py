@@ -1,6 +1,6 @@
 """The two smallest build stages against corpus size: structure and the shard merge (issue 31 §4).
 
-    python benchmarks/e2e/bench_structure.py --indexes /work/scale/index_10000 /work/scale/index_30000 \
+    python -m benchmarks e2e bench_structure --indexes /work/scale/index_10000 /work/scale/index_30000 \
         /work/scale/index_100000 --threads 1 --label structure_cpu
 
 Structure: for each index (``bench_scale.py --keep-indexes`` writes them), the build's structure
@@ -45,9 +45,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness
 
-from _harness import Record, add_common_args, finish  # noqa: E402
+from benchmarks._harness import Record, add_common_args, finish  # noqa: E402
 
 SHARD_SIZE = 20_000
 FACTS_PER_PASSAGE = 3.86

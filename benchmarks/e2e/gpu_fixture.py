@@ -4,7 +4,7 @@ encoder on the MiniLM vocabulary, and the built-in corpus indexed with it (fast 
 parts included), and the spaCy mentions of its questions (the GPU machine serves them in place of
 spaCy to the methods that link question mentions).
 
-    python benchmarks/e2e/gpu_fixture.py DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json
+    python -m benchmarks e2e gpu_fixture DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json
 
 Give DIR as a path relative to the repository root: the index records its encoder by that path,
 so a copy of the repository that holds DIR finds it there too.

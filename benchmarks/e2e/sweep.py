@@ -1,7 +1,7 @@
 """Sweep one retriever's settings on the dev questions (no LLM): one index load per dataset,
 one run per variant, R@2 / R@5 printed as a markdown table.
 
-    python benchmarks/e2e/sweep.py --data-root ../shared/data --index-root IDX --retriever ppr \\
+    python -m benchmarks e2e sweep --data-root ../shared/data --index-root IDX --retriever ppr \\
         --variants "" "engine.damping=0.5" "engine.link_threshold=0.7 engine.seed_weighting=similarity"
 
 A variant is a space-separated list of ``engine.FIELD=VALUE`` / ``retrieval.FIELD=VALUE``
@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
-from _harness import write_json  # noqa: E402
-from _presets import DATASETS, apply_overrides  # noqa: E402
+from benchmarks._harness import write_json  # noqa: E402
+from benchmarks._presets import DATASETS, apply_overrides  # noqa: E402
 
 
 def main() -> None:

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import resource
