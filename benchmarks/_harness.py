@@ -508,8 +508,10 @@ def report(file: str, cfg, records: list, meta: dict | None = None) -> Path:
     """Save the run of the benchmark in ``file``: its records, :func:`machine`, its keys and
     ``meta``, at :func:`suite_path`; print the path."""
     name = Path(file).stem
+    changed = [w for w, d in zip(as_words(cfg), as_words(type(cfg)())) if w != d and not w.startswith("out=")]
     data = {"suite": suite_of(file), "name": name, "machine": machine(), "keys": asdict(cfg),
-            "argv": sys.argv, "meta": meta or {}, "records": [r.to_json() for r in records]}
+            "command": " ".join(["python -m benchmarks", suite_of(file), name, *changed]),
+            "meta": meta or {}, "records": [r.to_json() for r in records]}
     path = write_json(data, suite_path(data["suite"], name, cfg.out), default=str)
     print(f"saved {path}", flush=True)
     return path

@@ -1,11 +1,11 @@
 """Batched personalised PageRank (hpengine.retrieval.personalized_pagerank) against per-question PPR.
 
-Graphs (``--graph``), star-expanded (entities, facts, passages):
+Graphs (``graph=``), star-expanded (entities, facts, passages):
 
 * ``power_law``: ``power_law_hypergraph(H)`` (title entities plus Zipf pool mentions; N ~ 1.6 H);
 * ``zipf``: ``zipf_fact_hypergraph(H)``: every fact 0-4 entities (uniform count) of Zipf 0.7
   popularity from a pool of 0.3 H, a passage per ~6 facts (N ~ 1.47 H);
-* ``index``: a built index's own graph (``--index DIR``; ``--sizes`` is ignored, H is the index's).
+* ``index``: a built index's own graph (``index=DIR``; ``sizes=`` is ignored, H is the index's).
 
 Personalization (HippoRAG-like): each question seeds 5 random entities and 5 random passages that
 have facts, with random weights, given to our op in the sparse ``(ids, mass)`` form. Damping 0.85.
@@ -16,41 +16,38 @@ Implementations, all on the same graph and personalization:
   returning the passage columns (``nodes=slice(V + H, N)``, what the PPR retriever asks for).
 * ``chebyshev_f64``: our op in float64 at ``tol=1e-10`` (igraph-level accuracy).
 * ``igraph``: per question ``Graph.personalized_pagerank(implementation="prpack")``, what
-  HippoRAG runs per query; timed on ``--baseline-questions`` questions (fewer at H >= 1M).
+  HippoRAG runs per query; timed on ``baseline_questions=`` questions (fewer at H >= 1M).
 * ``networkx``: per question ``networkx.pagerank`` (scipy power iteration, ``tol=1e-10``); timed on
-  ``--networkx-questions`` questions, skipped at H >= 1M.
+  ``networkx_questions=`` questions, skipped at H >= 1M.
 * ``torch_ppr``: the torch-ppr package's ``power_iteration`` (COO SpMM on the explicit N x N
-  normalised adjacency, ``[N, 64]`` column blocks, ``--torch-ppr-eps`` max-norm tolerance), at
-  Q <= ``--torch-ppr-max-q``.
+  normalised adjacency, ``[N, 64]`` column blocks, ``torch_ppr_eps=`` max-norm tolerance), at
+  Q <= ``torch_ppr_max_q=``.
 
 Accuracy: each implementation's L1 distance to a tight solution (our Chebyshev, float64,
-``tol=1e-13``; tests check it against networkx) on the first ``--accuracy-questions`` questions,
+``tol=1e-13``; tests check it against networkx) on the first ``accuracy_questions=`` questions,
 all N columns, averaged. Per-question methods do not get faster with Q: timed once per H and shown
-beside each Q. Run (~10 minutes on the 2-core dev box)::
+beside each Q. The default is the suite's quick size; the full grid takes ~10 minutes on 2 cores::
 
-    python benchmarks/ops/bench_ppr.py --threads 1 --label ppr_cpu_t1
-    python benchmarks/ops/bench_ppr.py --sizes 100000 --queries 1024 --profile --no-baselines
-    python benchmarks/ops/bench_ppr.py --graph zipf --sizes 100000 --queries 1024 --threads 1 --label ppr_zipf_t1
-    python benchmarks/ops/bench_ppr.py --graph index --index IDX --queries 1024 --threads 1 --label ppr_2wiki_t1
+    python -m benchmarks ops bench_ppr threads=1 sizes=10000,100000,1000000 queries=1,64,1024
+    python -m benchmarks ops bench_ppr sizes=100000 queries=1024 profile=true baselines=false
+    python -m benchmarks ops bench_ppr graph=zipf sizes=100000 queries=1024 threads=1
+    python -m benchmarks ops bench_ppr graph=index index=IDX queries=1024 threads=1
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
-from _harness import Record, add_common_args, finish, measure  # noqa: E402
-
-from hpengine.graph import HyperGraph  # noqa: E402
-from hpengine.retrieval import personalized_pagerank, ppr_chunk_size  # noqa: E402
-from hpengine.testing._graphs import power_law_hypergraph, zipf_fact_hypergraph  # noqa: E402
-from hpengine.testing.reference import star_graph_edges  # noqa: E402
+from benchmarks._harness import Common, Record, measure, opt, report, script_args, trace_dir
+from hpengine.graph import HyperGraph
+from hpengine.retrieval import personalized_pagerank, ppr_chunk_size
+from hpengine.testing._graphs import power_law_hypergraph, zipf_fact_hypergraph
+from hpengine.testing.reference import star_graph_edges
 
 BENCH = "ppr"
 DAMPING = 0.85
@@ -58,7 +55,7 @@ SEEDS = 5  # entities and passages per question
 
 
 def load_graph(kind: str, num_facts: int, index: str | None, seed: int = 0):
-    """``(fact_entity [2, nnz], fact_passage [H], V, P)`` on the CPU for ``--graph kind``."""
+    """``(fact_entity [2, nnz], fact_passage [H], V, P)`` on the CPU for ``graph=kind``."""
     if kind == "power_law":
         return power_law_hypergraph(num_facts, seed=seed)
     if kind == "zipf":
@@ -120,7 +117,7 @@ def l1(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.double().cpu() - ref).abs().sum(1).mean())
 
 
-def bench_ours(problem: Problem, impl: str, q: int, h: int, device: str, ref: torch.Tensor) -> Record:
+def bench_ours(problem: Problem, impl: str, q: int, h: int, device: str, ref: torch.Tensor, traces=None) -> Record:
     gc.collect()
     passages = slice(problem.v + problem.h, problem.n)
     long = q >= 256
@@ -131,7 +128,7 @@ def bench_ours(problem: Problem, impl: str, q: int, h: int, device: str, ref: to
                            device_type=torch.device(device).type)
     return measure(fn, bench=BENCH, impl=impl, case={"H": h, "Q": q}, items=q, device=device,
                    warmup=(lambda: ours(problem, impl, 32, nodes=passages)) if long else 1, once=long,
-                   min_run_time=1.0, extra={"l1_error": err, "chunk_size": chunk})
+                   min_run_time=1.0, extra={"l1_error": err, "chunk_size": chunk}, trace_dir=traces)
 
 
 def bench_igraph(problem: Problem, n: int, h: int, ref: torch.Tensor) -> Record:
@@ -205,21 +202,6 @@ def bench_torch_ppr(runner: TorchPPR, q: int, h: int, device: str, ref: torch.Te
                    extra={"l1_error": err, "eps": runner.eps})
 
 
-def profile(problem: Problem, impl: str, q: int) -> str:
-    from torch.profiler import ProfilerActivity, profile as torch_profile
-
-    passages = slice(problem.v + problem.h, problem.n)
-    ours(problem, impl, 32, nodes=passages)
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        ours(problem, impl, q, nodes=passages)
-    events = prof.key_averages()
-    total = sum(e.self_cpu_time_total for e in events)
-    lines = [f"{impl}, Q={q}: total {total / 1e6:.2f} s", "op (self time) | calls | CPU ms | share", "---|---:|---:|---:"]
-    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
-        lines.append(f"{e.key} | {e.count} | {e.self_cpu_time_total / 1e3:.0f} | {e.self_cpu_time_total / total:.0%}")
-    return "\n".join(lines)
-
-
 def table(records: list[Record]) -> str:
     by: dict = {}
     for r in records:
@@ -247,38 +229,42 @@ def table(records: list[Record]) -> str:
     return "\n".join(rows)
 
 
+@dataclass
+class Config(Common):
+    graph: str = opt("power_law", "power_law, zipf or index")
+    index: str = opt("", "the index folder of graph=index")
+    sizes: tuple[int, ...] = opt((10_000,), "facts H")
+    queries: tuple[int, ...] = opt((1, 64), "questions per call Q")
+    impls: tuple[str, ...] = opt(tuple(OURS), f"our implementations among {','.join(OURS)}")
+    max_q_at_1m: int = opt(64, "largest Q of our op at H >= 1M (0: no limit)")
+    baselines: bool = opt(True, "also time igraph, networkx and torch_ppr")
+    baseline_questions: int = opt(8, "igraph questions timed")
+    baseline_questions_1m: int = opt(3, "igraph questions timed at H >= 1M")
+    networkx_questions: int = opt(2, "networkx questions timed")
+    torch_ppr_max_q: int = opt(64, "largest Q of torch_ppr")
+    torch_ppr_eps: float = opt(1e-7, "torch_ppr's tolerance")
+    accuracy_questions: int = opt(4, "questions whose L1 to a tight solution is reported")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graph", default="power_law", choices=["power_law", "zipf", "index"])
-    parser.add_argument("--index", help="the index folder of --graph index")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--queries", type=int, nargs="+", default=[1, 64, 1024])
-    parser.add_argument("--impls", nargs="+", default=list(OURS), choices=list(OURS))
-    parser.add_argument("--max-q-at-1m", type=int, default=64, help="largest Q of our op at H >= 1M (0: no limit)")
-    parser.add_argument("--baseline-questions", type=int, default=8)
-    parser.add_argument("--baseline-questions-1m", type=int, default=3)
-    parser.add_argument("--networkx-questions", type=int, default=2)
-    parser.add_argument("--torch-ppr-max-q", type=int, default=64)
-    parser.add_argument("--torch-ppr-eps", type=float, default=1e-7)
-    parser.add_argument("--accuracy-questions", type=int, default=4)
-    parser.add_argument("--no-baselines", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="torch.profiler table for each (H, largest Q)")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
+    args = script_args(Config, __doc__, __file__, argv)
+    bad = [i for i in args.impls if i not in OURS]
+    if bad or args.graph not in ("power_law", "zipf", "index"):
+        print(f"hpengine: error: impls= takes {','.join(OURS)} and graph= power_law, zipf or index", file=sys.stderr)
+        return 2
     if args.graph == "index":
         if not args.index:
-            parser.error("--graph index needs --index DIR")
+            print("hpengine: error: graph=index needs index=DIR", file=sys.stderr)
+            return 2
         from hpengine.jobs import peek_index_meta
 
-        args.sizes = [int(peek_index_meta(args.index)["num_facts"])]
-    if args.threads:
-        torch.set_num_threads(args.threads)
+        args.sizes = (int(peek_index_meta(args.index)["num_facts"]),)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}", flush=True)
     records: list[Record] = []
     for h in args.sizes:
         big = h >= 1_000_000
         qs = [q for q in args.queries if not (big and args.max_q_at_1m and q > args.max_q_at_1m)]
-        problem = Problem(h, max(args.queries + [args.baseline_questions, args.accuracy_questions]), args.device,
+        problem = Problem(h, max([*args.queries, args.baseline_questions, args.accuracy_questions]), args.device,
                           kind=args.graph, index=args.index)
         ref = personalized_pagerank(problem.graph, (problem.ids_dev[:args.accuracy_questions],
                                                     problem.mass_dev[:args.accuracy_questions].double()),
@@ -287,14 +273,11 @@ def main(argv=None) -> int:
               flush=True)
         for impl in args.impls:
             for q in qs:
-                rec = bench_ours(problem, impl, q, h, args.device, ref)
+                rec = bench_ours(problem, impl, q, h, args.device, ref, trace_dir(args, __file__))
                 records.append(rec)
                 print(f"  {impl} Q={q}: {rec.throughput:,.1f} q/s, peak {rec.peak_mib:,.0f} MiB, "
                       f"L1 {rec.extra['l1_error']:.1e}", flush=True)
-        if args.profile:
-            for impl in args.impls:
-                print(profile(problem, impl, max(qs)), flush=True)
-        if not args.no_baselines:
+        if args.baselines:
             n = args.baseline_questions_1m if big else args.baseline_questions
             rec = bench_igraph(problem, n, h, ref)
             records.append(rec)
@@ -316,8 +299,8 @@ def main(argv=None) -> int:
         del problem
         gc.collect()
     print(table(records))
-    return finish(args, records, {"grid": {"graph": args.graph, "index": args.index, "sizes": args.sizes,
-                                           "queries": args.queries, "damping": DAMPING}})
+    report(__file__, args, records, {"damping": DAMPING})
+    return 0
 
 
 if __name__ == "__main__":
