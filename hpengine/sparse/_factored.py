@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hpengine.sparse._dispatch import csr_addmm
 from hpengine.sparse._incidence import csr_from_sorted_pairs, csr_with_values, gather_csr_rows, transpose_csr
 from hpengine.sparse._sort import sort_keys, sorted_contains, unique_keys
 
@@ -215,14 +216,10 @@ class SparseChain:
         for ``inner @ x`` (a hot loop passes one: a fresh ``[C, w]`` block per product costs
         its first touch, more than the product itself on large graphs)."""
         inner = x if self.inner is None else self._inner_times(x, work)
-        if out is None:
-            y = torch.addmm(input, self.outer, inner, beta=beta, alpha=alpha)
-        elif out is input and beta == 1.0:  # accumulate in place (no copy of input)
-            y = out.addmm_(self.outer, inner, alpha=alpha)
-        else:
-            y = torch.addmm(input, self.outer, inner, beta=beta, alpha=alpha, out=out)
+        # csr_addmm: the compiled CPU kernel or torch.addmm, chosen in hpengine.sparse._dispatch
+        y = csr_addmm(input, self.outer, inner, beta=beta, alpha=alpha, out=out)
         if self.minus is not None:
-            y.addmm_(self.minus, x, alpha=-alpha)
+            y = csr_addmm(y, self.minus, x, alpha=-alpha, out=y)
         return y
 
     def _inner_times(self, x: Tensor, work: Tensor | None) -> Tensor:
@@ -230,7 +227,7 @@ class SparseChain:
         if work is None:
             return self.inner @ x
         t = work[: rows * x.shape[1]].view(rows, x.shape[1])
-        return torch.addmm(t, self.inner, x, beta=0.0, out=t)
+        return csr_addmm(t, self.inner, x, beta=0.0, out=t)
 
     def work_rows(self) -> int:
         """Rows of the ``work`` block :meth:`addmm` needs per column of ``x`` (0 for one matrix)."""

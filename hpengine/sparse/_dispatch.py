@@ -1,0 +1,153 @@
+"""The one place that picks a compiled kernel or the PyTorch path for hpengine's sparse products.
+
+The kernels' sources live in the top-level ``kernels/`` folder (installed as ``hpengine.kernels``)
+and are compiled on first use with :func:`torch.utils.cpp_extension.load` (a C++ compiler and
+ninja; the build is cached by torch under ``TORCH_EXTENSIONS_DIR``). The PyTorch path is the twin
+every kernel is tested equal to, and it is what runs when no compiler is at hand.
+
+``HPENGINE_KERNELS`` (read at each call, so a test or a user can switch it):
+
+* unset or ``auto``: the kernel where it applies and builds; a failed build is said once on stderr
+  and the PyTorch path runs;
+* ``off``: always the PyTorch path;
+* ``on``: the kernel, and an unavailable kernel is an error (never a silent fallback).
+
+Which product goes to the kernel (``kernels/README.md``, benchmarks/README.md "Kernels"): the CSR x
+dense product of PPR's iteration and of the hop's walk on the CPU (bench_ppr, H = 100k, one
+thread). Everything else (CUDA, autograd through the product, broadcast ``input``) stays on
+``torch.addmm``.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from hpengine.errors import UserError
+
+ENV = "HPENGINE_KERNELS"
+MODES = ("auto", "on", "off")
+#: the C++ kernel of the CSR x dense product (kernels/k_csr_addmm_cpu.cpp)
+CPU_SOURCE = "k_csr_addmm_cpu.cpp"
+# -ffp-contract=off: no fused multiply-add, so the kernel sums exactly as torch.addmm does (the
+# retrieval records must not change with the kernel); -march=native: built on the machine that runs it
+CPU_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-march=native")
+
+_log = logging.getLogger(__name__)
+
+
+def kernel_mode() -> str:
+    """``HPENGINE_KERNELS`` as one of :data:`MODES` (unset: ``auto``); another value is a UserError."""
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        raise UserError(f"{ENV} must be one of {list(MODES)} (got {mode!r})")
+    return mode
+
+
+def kernel_sources() -> Path | None:
+    """The folder holding the kernels' sources: the installed ``hpengine.kernels`` package data, or
+    ``kernels/`` beside the package in a source checkout; ``None`` when neither has them."""
+    import importlib.util
+
+    candidates = [Path(__file__).resolve().parents[2] / "kernels"]
+    try:
+        spec = importlib.util.find_spec("hpengine.kernels")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        candidates = [Path(p) for p in spec.submodule_search_locations] + candidates
+    return next((p for p in candidates if (p / CPU_SOURCE).is_file()), None)
+
+
+def build_cpu_kernels() -> None:
+    """Compile and load the CPU kernels (registers ``torch.ops.hpengine.*``); raises on any failure."""
+    from torch.utils import cpp_extension
+
+    folder = kernel_sources()
+    if folder is None:
+        raise FileNotFoundError(f"kernels/{CPU_SOURCE} not found beside the package or as hpengine.kernels")
+    cpp_extension.load(name="hpengine_k_csr_addmm_cpu", sources=[str(folder / CPU_SOURCE)],
+                       extra_cflags=list(CPU_FLAGS), extra_ldflags=["-fopenmp"], is_python_module=False,
+                       verbose=False)
+
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_kernels() -> str | None:
+    """Build the CPU kernels once per process; ``None`` when they are available, else the reason
+    (one line). The outcome is said once: on the log when built, on stderr when not."""
+    try:
+        build_cpu_kernels()
+    except Exception as exc:  # no compiler, no ninja, a failed build: the PyTorch path serves
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        if kernel_mode() == "auto":
+            print(f"hpengine: CPU kernels unavailable ({reason[:200]}); using the PyTorch path", file=sys.stderr)
+        return reason
+    _log.info("hpengine: CPU kernels built (kernels/%s); sparse products use them", CPU_SOURCE)
+    return None
+
+
+def use_cpu_kernel(device: torch.device) -> bool:
+    """Whether a sparse product on ``device`` goes to the CPU kernel (:data:`ENV`; raises a
+    UserError when ``on`` and the kernel cannot be built)."""
+    mode = kernel_mode()
+    if mode == "off" or device.type != "cpu":
+        return False
+    reason = cpu_kernels()
+    if reason is not None and mode == "on":
+        raise UserError(f"{ENV}=on but the CPU kernels are unavailable: {reason[:200]} "
+                        f"(set {ENV}=off or auto for the PyTorch path)")
+    return reason is None
+
+
+def _kernel_applies(input: Tensor, mat: Tensor, x: Tensor, out: Tensor | None) -> bool:
+    if mat.layout != torch.sparse_csr or x.dtype not in (torch.float32, torch.float64):
+        return False
+    if mat.dtype != x.dtype or input.dtype != x.dtype or input.shape != (mat.shape[0], x.shape[1]):
+        return False
+    if out is not None and (out.dtype != x.dtype or out.shape != input.shape or not out.is_contiguous()):
+        return False
+    if torch.is_grad_enabled() and (mat.requires_grad or x.requires_grad or input.requires_grad):
+        return False  # the kernel has no backward; autograd keeps torch.addmm
+    return use_cpu_kernel(x.device)
+
+
+def csr_addmm(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
+              out: Tensor | None = None) -> Tensor:
+    """``beta * input + alpha * (mat @ x)`` for a CSR ``mat``: ``torch.addmm``'s result, written into
+    ``out`` when given (``out`` may be ``input``, never ``x``).
+
+    The CPU kernel (``kernels/k_csr_addmm_cpu.cpp``) sums in torch.addmm's order and gives the same
+    bits (tests/kernels); other cases run ``torch.addmm`` itself.
+
+    Shapes:
+        input ``[m, w]``, mat ``[m, n]`` CSR, x ``[n, w]`` -> ``[m, w]``.
+    """
+    if _kernel_applies(input, mat, x, out):
+        if out is None:
+            out = torch.empty_like(input, memory_format=torch.contiguous_format)
+        if not input.is_contiguous():  # never out itself (a given out is contiguous)
+            input = input.contiguous()
+        torch.ops.hpengine.csr_addmm_out(mat.crow_indices(), mat.col_indices(), mat.values(), x.contiguous(),
+                                         input, float(beta), float(alpha), out)
+        return out
+    return csr_addmm_torch(input, mat, x, beta=beta, alpha=alpha, out=out)
+
+
+def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
+                    out: Tensor | None = None) -> Tensor:
+    """The PyTorch path of :func:`csr_addmm` (the kernel's twin)."""
+    if out is None:
+        return torch.addmm(input, mat, x, beta=beta, alpha=alpha)
+    if out is input and beta == 1.0:  # accumulate in place (no copy of input)
+        return out.addmm_(mat, x, alpha=alpha)
+    return torch.addmm(input, mat, x, beta=beta, alpha=alpha, out=out)
+
+
+__all__ = ["CPU_SOURCE", "ENV", "MODES", "build_cpu_kernels", "cpu_kernels", "csr_addmm", "csr_addmm_torch",
+           "kernel_mode", "kernel_sources", "use_cpu_kernel"]
