@@ -1,7 +1,7 @@
 """The batched HyperProve hop (hpengine.retrieval.hyperprove_hop) against per-question baselines.
 
 Graphs: ``power_law_hypergraph(H)`` (power-law entity degrees, passages of ~6 facts, ~3.6
-incidences per fact). Embeddings: random unit vectors (``--dim``, default 384 like MiniLM);
+incidences per fact). Embeddings: random unit vectors (``dim=``, default 384 like MiniLM);
 each query is a noisy copy of a random fact; every question carries a frontier of 5 random facts
 (a second hop, so the struct term and the frontier restart mass are exercised).
 
@@ -10,39 +10,37 @@ Implementations (same parameters, ``RetrievalConfig()`` defaults: S=8, M=600, 3 
 * ``batched``: ``hyperprove_hop`` on all Q questions (exact dense seeds).
 * ``reference``: ``hpengine.testing.reference.reference_hop`` per question (numpy walk on an
   explicit scipy ``T_s``, Python sets and networkx on the local block), timed on
-  ``--baseline-questions`` questions; skipped where the explicit ``T_s`` (``sum_c d_c^2``
-  entries) would exceed ``--reference-max-nnz``.
+  ``baseline_questions=`` questions; skipped where the explicit ``T_s`` (``sum_c d_c^2``
+  entries) would exceed ``reference_max_nnz=``.
 * ``igraph_ppr``: what HippoRAG runs per query: igraph ``personalized_pagerank`` (PRPACK,
   damping ``1 - restart``) on the fact-entity-passage graph with the same restart vector, then the
-  top-M facts; timed on ``--baseline-questions`` questions (fewer at H >= 1M, see --igraph-questions).
+  top-M facts; timed on ``baseline_questions=`` questions (fewer at H >= 1M: ``igraph_questions_1m=``).
 
 Per-question methods do not get faster with Q, so they are timed once per H and shown beside each
-Q. Run (about 13 minutes on the 2-core CPU of the dev box; ``--max-q-at-1m 0`` adds H=1M, Q=4096)::
+Q. The default is the suite's quick size; the full grid takes about 13 minutes on 2 cores
+(``max_q_at_1m=0`` adds H=1M, Q=4096)::
 
-    python benchmarks/ops/bench_hop.py --threads 1 --label hop_cpu
-    python benchmarks/ops/bench_hop.py --sizes 100000 --queries 1024 --profile   # torch.profiler table
-    python benchmarks/ops/bench_hop.py --memory-check                            # H=100k, Q=10,000 peak RSS
+    python -m benchmarks ops bench_hop threads=1 sizes=10000,100000,1000000 queries=1,64,1024,4096
+    python -m benchmarks ops bench_hop sizes=100000 queries=1024 profile=true   # traces + stage table
+    python -m benchmarks ops bench_hop memory_check=true                        # H=100k, Q=10,000 peak RSS
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import resource
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _harness, _presets
-from _harness import PeakMemory, Record, add_common_args, finish, measure  # noqa: E402
-
-from hpengine.config import RetrievalConfig  # noqa: E402
-from hpengine.graph import HyperGraph  # noqa: E402
-from hpengine.retrieval import DenseIndex, hyperprove_hop, plan_hop  # noqa: E402
-from hpengine.retrieval import HOP_BUDGET_MB, resolve_memory_budget_mb  # noqa: E402
-from hpengine.testing._graphs import power_law_hypergraph  # noqa: E402
+from benchmarks._harness import Common, PeakMemory, Record, measure, opt, report, script_args, time_once, trace_dir
+from hpengine.config import RetrievalConfig
+from hpengine.graph import HyperGraph
+from hpengine.retrieval import DenseIndex, hyperprove_hop, plan_hop
+from hpengine.retrieval import HOP_BUDGET_MB, resolve_memory_budget_mb
+from hpengine.testing._graphs import power_law_hypergraph
 
 BENCH = "hop"
 FRONTIER = 5
@@ -137,7 +135,7 @@ def bench_igraph(problem: Problem, cfg: RetrievalConfig, n: int, h: int) -> Reco
                    extra={"questions_timed": n, "nodes": graph.vcount(), "edges": graph.ecount()})
 
 
-def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device: str) -> Record:
+def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device: str, traces=None) -> Record:
     problem.workspace.clear()  # each cell's peak memory includes its own buffers
     gc.collect()
     op = problem.graph.transition()
@@ -148,7 +146,7 @@ def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device
     long = q >= 512
     return measure(lambda: problem.hop(q, cfg), bench=BENCH, impl="batched", case={"H": h, "Q": q}, items=q,
                    device=device, warmup=(lambda: problem.hop(min(q, 64), cfg)) if long else 1, once=long,
-                   min_run_time=1.0, extra={"chunk_size": plan.chunk_size})
+                   min_run_time=1.0, extra={"chunk_size": plan.chunk_size}, trace_dir=traces)
 
 
 def profile(problem: Problem, cfg: RetrievalConfig, q: int) -> str:
@@ -189,26 +187,22 @@ def table(records: list[Record]) -> str:
     return "\n".join(rows)
 
 
+@dataclass
+class Config(Common):
+    sizes: tuple[int, ...] = opt((10_000,), "facts H")
+    queries: tuple[int, ...] = opt((1, 64), "questions per call Q")
+    dim: int = opt(384, "embedding width D")
+    baseline_questions: int = opt(16, "questions the per-question baselines are timed on")
+    igraph_questions_1m: int = opt(4, "igraph questions timed at H >= 1M")
+    reference_max_nnz: int = opt(60_000_000, "skip the reference where its explicit T_s exceeds this")
+    max_q_at_1m: int = opt(1024, "largest Q timed at H >= 1M (Q=4096 adds ~3 minutes on 2 cores; 0: no limit)")
+    memory_budget_mb: int = opt(0, "retrieval.memory_budget_mb of the batched hop (0: the default, by device)")
+    baselines: bool = opt(True, "also time the reference and igraph PPR")
+    memory_check: bool = opt(False, "only: H=100k, Q=10,000, report peak RSS")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--queries", type=int, nargs="+", default=[1, 64, 1024, 4096])
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--baseline-questions", type=int, default=16)
-    parser.add_argument("--igraph-questions-1m", type=int, default=4, help="igraph questions timed at H >= 1M")
-    parser.add_argument("--reference-max-nnz", type=int, default=60_000_000)
-    parser.add_argument("--max-q-at-1m", type=int, default=1024,
-                        help="largest Q timed at H >= 1M (default 1024: Q=4096 adds ~3 minutes on a "
-                             "2-core CPU and runs in the same 86-question chunks; 0: no limit)")
-    parser.add_argument("--memory-budget-mb", type=int, default=0,
-                        help="retrieval.memory_budget_mb of the batched hop (0: the default, by device)")
-    parser.add_argument("--no-baselines", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="torch.profiler table for each (H, largest Q)")
-    parser.add_argument("--memory-check", action="store_true", help="only: H=100k, Q=10,000, report peak RSS")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = script_args(Config, __doc__, __file__, argv)
     cfg = RetrievalConfig(memory_budget_mb=args.memory_budget_mb)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}", flush=True)
 
@@ -216,30 +210,31 @@ def main(argv=None) -> int:
         problem = Problem(100_000, 10_000, args.dim, args.device)
         problem.hop(64, cfg)
         gc.collect()
-        start = time.perf_counter()
+        found = {}
         with PeakMemory(args.device) as mem:
-            out = problem.hop(10_000, cfg)
-        seconds = time.perf_counter() - start
+            seconds = time_once(lambda: found.setdefault("out", problem.hop(10_000, cfg)), args.device)
+        out = found["out"]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         selected = (out.fact_ids >= 0).float().mean()
         print(f"H=100,000 Q=10,000: {seconds:.1f} s ({10_000 / seconds:.0f} q-hops/s), peak working set "
               f"{mem.peak / 2**20:,.0f} MiB, process peak RSS {rss:,.0f} MiB, selected {selected:.2%}")
         rec = Record(BENCH, "batched", {"H": 100_000, "Q": 10_000}, seconds, 10_000, 1, mem.peak / 2**20,
                      {"process_peak_rss_mib": rss})
-        return finish(args, [rec])
+        report(__file__, args, [rec])
+        return 0
 
     records: list[Record] = []
     for h in args.sizes:
         qs = [q for q in args.queries if not (h >= 1_000_000 and args.max_q_at_1m and q > args.max_q_at_1m)]
-        problem = Problem(h, max(args.queries + [args.baseline_questions]), args.dim, args.device)
+        problem = Problem(h, max([*args.queries, args.baseline_questions]), args.dim, args.device)
         print(f"H={h:,}: graph + embeddings {problem.build_seconds:.1f} s, nnz={problem.graph.nnz:,}", flush=True)
         for q in qs:
-            rec = bench_batched(problem, cfg, q, h, args.device)
+            rec = bench_batched(problem, cfg, q, h, args.device, trace_dir(args, __file__))
             records.append(rec)
             print(f"  batched Q={q}: {rec.throughput:,.1f} q-hops/s, peak {rec.peak_mib:,.0f} MiB", flush=True)
         if args.profile:
             print(profile(problem, cfg, max(qs)), flush=True)
-        if not args.no_baselines:
+        if args.baselines:
             n_ref = args.baseline_questions
             if sum_squared_degrees(problem) <= args.reference_max_nnz:
                 rec = bench_reference(problem, cfg, n_ref, h)
@@ -255,7 +250,8 @@ def main(argv=None) -> int:
         del problem
         gc.collect()
     print(table(records))
-    return finish(args, records, {"grid": {"sizes": args.sizes, "queries": args.queries, "dim": args.dim}})
+    report(__file__, args, records)
+    return 0
 
 
 if __name__ == "__main__":
