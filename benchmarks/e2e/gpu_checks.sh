@@ -7,9 +7,9 @@
 #   3. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios).
 # Needs torch with CUDA, transformers, tokenizers, numpy, safetensors, tqdm, networkx, scipy, pytest,
 # hypothesis, hydra-core and omegaconf; hpengine runs from the working tree (no install). Logs,
-# records and benchmark JSON go to OUT_DIR (the JSON also to benchmarks/results/gpu_checks_*.json).
+# records and benchmark JSON go to OUT_DIR (the benchmark JSON under OUT_DIR/ops_cuda and OUT_DIR/ops_cpu).
 #
-#   python benchmarks/e2e/gpu_fixture.py .gpu          # once, on the CPU machine
+#   python -m benchmarks e2e gpu_fixture .gpu          # once, on the CPU machine
 #   bash benchmarks/e2e/gpu_checks.sh OUT_DIR [FIXTURE_DIR]
 #
 # Each step has its own time limit, so one slow step does not cost the others.
@@ -50,16 +50,15 @@ if [ -d "$fixture/index" ]; then
   $py benchmarks/analysis/dump_records.py --compare "$out/records_cpu.json" "$out/records_cuda.json" \
     --atol 1e-4 2>&1 | tee "$out/records_compare.txt"
 else
-  echo "no $fixture/index: run benchmarks/e2e/gpu_fixture.py $fixture on a CPU machine first" | tee -a "$out/env.txt"
+  echo "no $fixture/index: run python -m benchmarks e2e gpu_fixture $fixture on a CPU machine first" | tee -a "$out/env.txt"
 fi
 
 # 3. the op benchmarks on cuda (100k and 1M facts), then our op on CPU at 100k (no peers: they are
 #    CPU libraries measured on this project's machine, benchmarks/README.md)
 for bench in ppr hop; do
-  timeout 75 $py benchmarks/ops/bench_$bench.py --device cuda --sizes 100000 1000000 --queries 1 64 1024 \
-    --no-baselines --label "gpu_checks_${bench}_cuda" 2>&1 | tee "$out/bench_${bench}_cuda.log"
-  timeout 50 $py benchmarks/ops/bench_$bench.py --device cpu --sizes 100000 --queries 1 64 1024 \
-    --no-baselines --label "gpu_checks_${bench}_cpu" 2>&1 | tee "$out/bench_${bench}_cpu.log"
+  timeout 75 $py -m benchmarks ops bench_$bench device=cuda sizes=100000,1000000 queries=1,64,1024 \
+    baselines=false out="$out/ops_cuda" 2>&1 | tee "$out/bench_${bench}_cuda.log"
+  timeout 50 $py -m benchmarks ops bench_$bench device=cpu sizes=100000 queries=1,64,1024 \
+    baselines=false out="$out/ops_cpu" 2>&1 | tee "$out/bench_${bench}_cpu.log"
 done
-cp benchmarks/results/gpu_checks_*.json "$out/" 2>/dev/null
 ls -la "$out"

@@ -11,12 +11,12 @@
 set -u
 data=$1 idx=$2 llm=$3 out=$4 n=${5:-100}
 shift $(( $# < 5 ? $# : 5 ))
-here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)  # the repository: the benchmarks package is imported from it
 mkdir -p "$out"
 for d in 2wikimultihopqa musique hotpotqa; do
   for r in ${RETRIEVERS:-hyperprove dense}; do
     [ -f "$out/${d}_${r}.json" ] && continue
-    HF_HUB_OFFLINE=1 python "$here/bench_qa.py" --data-root "$data" --index-root "$idx" --datasets "$d" \
+    HF_HUB_OFFLINE=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python -m benchmarks.e2e.bench_qa --data-root "$data" --index-root "$idx" --datasets "$d" \
       --retrievers "$r" --llm "$llm" --max-questions "$n" --batch-size 16 --out "$out/${d}_${r}.json" \
       --checkpoint-dir "$out/checkpoints" "$@" \
       > "$out/${d}_${r}.log" 2>&1 || echo "failed: $d $r (see $out/${d}_${r}.log)"
