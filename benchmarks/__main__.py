@@ -173,7 +173,7 @@ def compare_paths(a: Path, b: Path, fail_pct: float | None = None) -> int:
             text, bad = _harness.compare(_harness.records_of(now), _harness.records_of(base), fail_pct)
         except KeyError:
             raise UsageError(f"{base} or {now} has no records (not a benchmark result file)") from None
-        print(f"{now.name}: {b if b.is_dir() else now} / {base}\n{text}\n")
+        print(f"{now} against {base}\n{text}\n")
         failed |= bad
     if failed:
         print(f"throughput regression beyond {fail_pct}%", file=sys.stderr)

@@ -459,6 +459,13 @@ def _git(*args: str) -> str:
         return ""
 
 
+def _hpengine_path() -> str:
+    """The folder of the hpengine package measured (``--against`` runs another commit's)."""
+    import hpengine
+
+    return str(Path(hpengine.__file__).resolve().parent)
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -477,7 +484,7 @@ def machine() -> dict:
     return {"cpu": cpu_model(), "cores": cores, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(),
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "commit": _git("rev-parse", "HEAD"), "dirty": bool(dirty),
+            "commit": _git("rev-parse", "HEAD"), "dirty": bool(dirty), "hpengine": _hpengine_path(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
