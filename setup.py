@@ -14,9 +14,10 @@ setup(
     long_description=(ROOT / "README.md").read_text(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["hpengine", "hpengine.*"]) + ["hpengine.conf"],
-    package_dir={"hpengine.conf": "conf"},
-    package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine": ["data/*.json"]},
+    # kernels/ (C++ sources, compiled at run time) ships as data of hpengine.kernels; no __init__.py there
+    packages=find_packages(include=["hpengine", "hpengine.*"]) + ["hpengine.conf", "hpengine.kernels"],
+    package_dir={"hpengine.conf": "conf", "hpengine.kernels": "kernels"},
+    package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine.kernels": ["k_*.cpp", "README.md"], "hpengine": ["data/*.json"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=4.46",
