@@ -7,7 +7,10 @@ each query is a noisy copy of a random fact; every question carries a frontier o
 
 Implementations (same parameters, ``RetrievalConfig()`` defaults: S=8, M=600, 3 steps, c=0.3, L=2):
 
-* ``batched``: ``hyperprove_hop`` on all Q questions (exact dense seeds).
+* ``batched``: ``hyperprove_hop`` on all Q questions (exact dense seeds); its sparse products take
+  the compiled CPU kernel where it builds (``kernels/README.md``).
+* ``batched_torch`` (``torch_path=true``): the same with ``HPENGINE_KERNELS=off`` (the PyTorch path),
+  so one run gives the kernels' ratio.
 * ``reference``: ``hpengine.testing.reference.reference_hop`` per question (numpy walk on an
   explicit scipy ``T_s``, Python sets and networkx on the local block), timed on
   ``baseline_questions=`` questions; skipped where the explicit ``T_s`` (``sum_c d_c^2``
@@ -27,6 +30,7 @@ Q. The default is the suite's quick size; the full grid takes about 13 minutes o
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import sys
 import time
@@ -135,7 +139,8 @@ def bench_igraph(problem: Problem, cfg: RetrievalConfig, n: int, h: int) -> Reco
                    extra={"questions_timed": n, "nodes": graph.vcount(), "edges": graph.ecount()})
 
 
-def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device: str, traces=None) -> Record:
+def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device: str, traces=None,
+                  impl: str = "batched") -> Record:
     problem.workspace.clear()  # each cell's peak memory includes its own buffers
     gc.collect()
     op = problem.graph.transition()
@@ -144,7 +149,7 @@ def bench_batched(problem: Problem, cfg: RetrievalConfig, q: int, h: int, device
                     memory_budget_mb=resolve_memory_budget_mb(cfg.memory_budget_mb, device, HOP_BUDGET_MB),
                     query_chunk_size=cfg.query_chunk_size, device_type=torch.device(device).type)
     long = q >= 512
-    return measure(lambda: problem.hop(q, cfg), bench=BENCH, impl="batched", case={"H": h, "Q": q}, items=q,
+    return measure(lambda: problem.hop(q, cfg), bench=BENCH, impl=impl, case={"H": h, "Q": q}, items=q,
                    device=device, warmup=(lambda: problem.hop(min(q, 64), cfg)) if long else 1, once=long,
                    min_run_time=1.0, extra={"chunk_size": plan.chunk_size}, trace_dir=traces)
 
@@ -199,6 +204,7 @@ class Config(Common):
     memory_budget_mb: int = opt(0, "retrieval.memory_budget_mb of the batched hop (0: the default, by device)")
     baselines: bool = opt(True, "also time the reference and igraph PPR")
     memory_check: bool = opt(False, "only: H=100k, Q=10,000, report peak RSS")
+    torch_path: bool = opt(False, "also time batched_torch: the hop with HPENGINE_KERNELS=off (the kernels' ratio)")
 
 
 def main(argv=None) -> int:
@@ -232,6 +238,16 @@ def main(argv=None) -> int:
             rec = bench_batched(problem, cfg, q, h, args.device, trace_dir(args, __file__))
             records.append(rec)
             print(f"  batched Q={q}: {rec.throughput:,.1f} q-hops/s, peak {rec.peak_mib:,.0f} MiB", flush=True)
+            if args.torch_path:  # hpengine.sparse._dispatch reads HPENGINE_KERNELS per call
+                saved = os.environ.get("HPENGINE_KERNELS")
+                os.environ["HPENGINE_KERNELS"] = "off"
+                try:
+                    base = bench_batched(problem, cfg, q, h, args.device, impl="batched_torch")
+                finally:
+                    os.environ.pop("HPENGINE_KERNELS") if saved is None else os.environ.update(HPENGINE_KERNELS=saved)
+                records.append(base)
+                print(f"  batched_torch Q={q}: {base.throughput:,.1f} q-hops/s (kernels {rec.throughput / base.throughput:.2f}x)",
+                      flush=True)
         if args.profile:
             print(profile(problem, cfg, max(qs)), flush=True)
         if args.baselines:

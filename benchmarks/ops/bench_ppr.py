@@ -15,6 +15,9 @@ Implementations, all on the same graph and personalization:
 * ``power`` / ``chebyshev``: our op, float32, default ``tol=1e-6``, all Q questions at once,
   returning the passage columns (``nodes=slice(V + H, N)``, what the PPR retriever asks for).
 * ``chebyshev_f64``: our op in float64 at ``tol=1e-10`` (igraph-level accuracy).
+* ``power_torch`` / ``chebyshev_torch``: the same with ``HPENGINE_KERNELS=off`` (the PyTorch path of
+  the sparse products; ``power`` / ``chebyshev`` take the compiled CPU kernel where it builds), so
+  one run gives the kernel's ratio (``impls=chebyshev,chebyshev_torch``).
 * ``igraph``: per question ``Graph.personalized_pagerank(implementation="prpack")``, what
   HippoRAG runs per query; timed on ``baseline_questions=`` questions (fewer at H >= 1M).
 * ``networkx``: per question ``networkx.pagerank`` (scipy power iteration, ``tol=1e-10``); timed on
@@ -36,6 +39,7 @@ beside each Q. The default is the suite's quick size; the full grid takes ~10 mi
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -104,11 +108,20 @@ OURS = {
     "power": dict(method="power", dtype=torch.float32, tol=1e-6),
     "chebyshev": dict(method="chebyshev", dtype=torch.float32, tol=1e-6),
     "chebyshev_f64": dict(method="chebyshev", dtype=torch.float64, tol=1e-10),
+    "power_torch": dict(method="power", dtype=torch.float32, tol=1e-6, kernels="off"),
+    "chebyshev_torch": dict(method="chebyshev", dtype=torch.float32, tol=1e-6, kernels="off"),
 }
 
 
 def ours(problem: Problem, impl: str, q: int, nodes=None) -> torch.Tensor:
     cfg = OURS[impl]
+    if "kernels" in cfg:  # HPENGINE_KERNELS for this call only (hpengine.sparse._dispatch reads it per call)
+        saved = os.environ.get("HPENGINE_KERNELS")
+        os.environ["HPENGINE_KERNELS"] = cfg["kernels"]
+        try:
+            return ours(problem, impl.removesuffix("_torch"), q, nodes)
+        finally:
+            os.environ.pop("HPENGINE_KERNELS") if saved is None else os.environ.update(HPENGINE_KERNELS=saved)
     return personalized_pagerank(problem.graph, (problem.ids_dev[:q], problem.mass_dev[:q].to(cfg["dtype"])),
                                  damping=DAMPING, tol=cfg["tol"], method=cfg["method"], nodes=nodes)
 
@@ -206,7 +219,7 @@ def table(records: list[Record]) -> str:
     by: dict = {}
     for r in records:
         by.setdefault(r.case["H"], {}).setdefault(r.impl, []).append(r)
-    impls = [i for i in ("power", "chebyshev", "chebyshev_f64", "torch_ppr") if any(i in b for b in by.values())]
+    impls = [i for i in ("power", "power_torch", "chebyshev", "chebyshev_torch", "chebyshev_f64", "torch_ppr") if any(i in b for b in by.values())]
     head = ["H", "Q"] + [f"{i} q/s" for i in impls] + ["igraph q/s", "networkx q/s"] + \
         [f"{i} × igraph" for i in impls]
     rows = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
@@ -235,7 +248,8 @@ class Config(Common):
     index: str = opt("", "the index folder of graph=index")
     sizes: tuple[int, ...] = opt((10_000,), "facts H")
     queries: tuple[int, ...] = opt((1, 64), "questions per call Q")
-    impls: tuple[str, ...] = opt(tuple(OURS), f"our implementations among {','.join(OURS)}")
+    impls: tuple[str, ...] = opt(tuple(i for i in OURS if "kernels" not in OURS[i]),
+                                 f"our implementations among {','.join(OURS)}")
     max_q_at_1m: int = opt(64, "largest Q of our op at H >= 1M (0: no limit)")
     baselines: bool = opt(True, "also time igraph, networkx and torch_ppr")
     baseline_questions: int = opt(8, "igraph questions timed")
