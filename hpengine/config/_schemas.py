@@ -294,7 +294,7 @@ class ModelConfig:
     #: Read the prompts' shared prefix once and reuse its key/value cache.
     #: the token prefix all prompts of a call share (an instruction, worked examples) is read once
     #: and its key/value cache copied into each batch (models.batched_generate); it changes no more
-    #: completions than another batch size does (benchmarks/README.md, "Shared-prefix cache")
+    #: completions than another batch size does (benchmarks/ops/bench_prefix_cache.py)
     prefix_cache: bool = True
     #: Tokens generated per decomposition at most.
     max_new_tokens_decompose: int = 96  #: token lengths: at most MAX_TOKENS = 131,072

@@ -18,7 +18,7 @@ from hpengine.sparse import (
 
 
 #: a graph given with synonyms keeps them as factors when the factors' entries are at most this
-#: share of the expanded incidence's (benchmarks/README.md, "The expanded incidence as factors":
+#: share of the expanded incidence's (measured by benchmarks/e2e/bench_structure.py:
 #: at 0.38, the 100k scaling index, PPR 1.19x and the walk 1.59x faster; at 0.97-1.03, two dev
 #: indexes, PPR 21-26% and the walk 50-65% slower)
 FACTORED_MAX_RATIO = 0.6

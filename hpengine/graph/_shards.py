@@ -203,7 +203,7 @@ class ShardFolder:
         """Shard ``k``'s embeddings (``fact_emb``, and ``passage_emb`` when written), the file's
         header checked (a damaged shard is one line naming it). The tensors are views of a private
         mapping of the file: the merge copies them once, into the index's rows (no temporary copy of
-        the shard; half the merge's time: benchmarks/README.md, "Structure and merge against N")."""
+        the shard; half the merge's time, measured by benchmarks/e2e/bench_structure.py)."""
         return map_safetensors(self._paths(k)[0], self.root)
 
 

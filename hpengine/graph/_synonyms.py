@@ -4,7 +4,7 @@ The exact nearest-neighbour search is tiled (``[block, block]`` similarity tiles
 ``torch.topk``) or delegated to FAISS, so memory stays O(block² + Nq·k), never O(V²); its time is
 quadratic in the names. Above ``exact_max_keys`` keys the default (``backend="auto"``) switches to
 an approximate search (``"nndescent"``): the k-nearest-neighbour graph of the names by NN-descent
-(pynndescent), its candidates re-scored exactly (benchmarks/README.md#synonym-search).
+(pynndescent), its candidates re-scored exactly (benchmarks/ops/bench_synonyms.py measures both).
 Embeddings are assumed L2-normalised (as :class:`hpengine.models.Encoder` returns them), so the
 inner product is the cosine.
 """
@@ -88,7 +88,7 @@ def synonym_pairs(queries: Tensor, keys: Tensor, *, threshold: float = 0.8, max_
     against all entities (``queries = keys[query_offset:]``) without re-searching old ones.
 
     The exact backends cost time quadratic in the names; ``"nndescent"`` is approximate and grows
-    about linearly (benchmarks/README.md#synonym-search). It builds the ``ann_neighbors``-nearest
+    about linearly (benchmarks/ops/bench_synonyms.py). It builds the ``ann_neighbors``-nearest
     neighbour graph of the keys by NN-descent (pynndescent, inner product, seeded by ``seed``),
     takes each query's graph neighbours as candidates (its row of the graph when the queries are
     keys, ``keys[query_offset:query_offset + Nq]``; a search of that graph otherwise) and re-scores

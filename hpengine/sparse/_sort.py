@@ -3,7 +3,7 @@
 Each ``(row, col)`` pair of a structure is one int64 key ``row * num_cols + col``, so building a
 CSR, its transpose or a coalesced pair list is a sort of key *values*, never an argsort: the sorted
 keys decode back to the pairs. On CPU the sort is NumPy's (its SIMD sort sorts 7.6M int64 keys ~6x
-faster than ``torch.sort``: benchmarks/README.md, "Structure and merge against N"); on other devices
+faster than ``torch.sort``, measured by benchmarks/e2e/bench_structure.py); on other devices
 it is ``torch.sort``. Both give the same result: a sort of values has one answer.
 """
 from __future__ import annotations
