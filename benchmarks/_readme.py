@@ -27,8 +27,9 @@ SECTION = re.compile(r"(<!-- results: (\w+)/(\w+) -->\n)(.*?)(<!-- /results -->)
 def machine_line(m: dict) -> str:
     commit = (m.get("commit") or "?")[:10] + (" (uncommitted changes)" if m.get("dirty") else "")
     device = f", {m['cuda']}" if m.get("cuda") else ""
+    load = f"; load average {m['loadavg'][0]:.1f}" if m.get("loadavg") else ""
     return (f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('threads', '?')} torch threads{device}; "
-            f"torch {m.get('torch', '?')}; commit {commit}; {m.get('date', '?')}")
+            f"torch {m.get('torch', '?')}; commit {commit}; {m.get('date', '?')}{load}")
 
 
 def table_of(suite: str, name: str, records: list) -> str:
