@@ -189,9 +189,10 @@ def write_json(data, path: str | Path, **dump_kwargs) -> Path:
 
 
 def save(label: str, records: list[Record], meta: dict | None = None) -> Path:
-    """The records, the environment and ``meta`` as ``benchmarks/results/LABEL.json``."""
-    return write_json({"env": environment(), "meta": meta or {}, "records": [r.to_json() for r in records]},
-                      result_path(label))
+    """The records, the environment, :func:`machine` and ``meta`` as ``benchmarks/results/LABEL.json``
+    (the ``--label`` of the e2e scripts on argparse)."""
+    return write_json({"env": environment(), "machine": machine(), "meta": meta or {},
+                       "records": [r.to_json() for r in records]}, result_path(label))
 
 
 def load(label: str) -> list[Record]:
@@ -270,7 +271,8 @@ def run_dev_sets(args, run_dataset: Callable, table: Callable) -> int:
     reports = {name: run_dataset(name, args) for name in args.datasets}
     print(table(reports))
     if args.label:
-        print(f"saved {write_json({'args': vars(args), 'datasets': reports}, result_path(args.label))}")
+        data = {"machine": machine(), "args": vars(args), "datasets": reports}
+        print(f"saved {write_json(data, result_path(args.label))}")
     return 0
 
 
