@@ -253,7 +253,7 @@ def _hop_chunk(op, index: DenseIndex, queries: Tensor, frontier: Tensor, seeds: 
     """
     num_q = queries.shape[0]
     num_facts = op.num_facts
-    # record_function scopes name the stages in torch.profiler traces (benchmarks/ops/bench_hop.py --profile)
+    # record_function scopes name the stages in torch.profiler traces (python -m benchmarks ops bench_hop profile=true)
     with record_function("hop.seeds"):  # 1. dense seeds and their cosines (exact float32, any backend)
         cos_all = None
         if seeds is None and index.backend == "exact":
