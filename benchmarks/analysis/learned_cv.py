@@ -111,6 +111,34 @@ def run(args) -> dict:
     return out
 
 
+def ship(args, out: dict) -> None:
+    """Train on all the sets' questions and write the ranker ``--ship`` names."""
+    from safetensors.torch import load_file
+
+    from hpengine.config import LearnedConfig
+    from hpengine.graph import IndexStore
+    from hpengine.pipeline import RankerExamples, train_ranker, write_ranker
+    from hpengine.pipeline.retrievers import FEATURES
+
+    parts, encoders = [], set()
+    for spec in args.set:
+        name, _, rest = spec.partition("=")
+        t = load_file(str(RESULTS / "learned" / f"{args.label}_{name}.safetensors"))
+        parts.append(RankerExamples(*(t[f] for f in FIELDS)))
+        encoders.add(str(IndexStore(rest.partition(":")[0]).read_manifest().get("encoder", "")))
+    if len(encoders) != 1:
+        raise SystemExit(f"the sets use several encoders: {sorted(encoders)}")
+    examples = RankerExamples.concat(parts)
+    hidden = args.hidden[0]
+    model = train_ranker(examples, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
+    cfg = LearnedConfig()
+    write_ranker(model, args.ship, {"features": list(FEATURES), "encoder": encoders.pop(),
+                                    "candidate_width": cfg.candidate_width, "passage_width": cfg.passage_width,
+                                    "questions": len(examples), "hidden": hidden, "epochs": args.epochs, "lr": args.lr,
+                                    "trained_on": [s.partition("=")[0] for s in args.set], "cv": out["models"]})
+    print(f"ranker trained on {len(examples)} questions written to {args.ship}")
+
+
 def _pad(order, width: int):
     return order if order.shape[1] == width else torch.cat(
         [order, torch.arange(order.shape[1], width).expand(order.shape[0], -1)], dim=1)
@@ -148,8 +176,12 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-questions", type=int, default=0)
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
+    p.add_argument("--ship", metavar="FILE", help="also train on every question of every set (hidden: the first "
+                   "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")
     args = p.parse_args(argv)
     out = run(args)
+    if args.ship:
+        ship(args, out)
     path = write_json(out, RESULTS / "learned" / f"cv_{args.label}.json")
     print(table(out))
     print(f"written to {path}")

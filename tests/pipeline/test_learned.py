@@ -98,6 +98,7 @@ def test_ranker_files_are_checked(examples, tmp_path, builtin_index):
     damaged.write_bytes(b"\x10" * 20)
     cases = {other: "trained for encoder 'another-encoder'", schema: "reads features", damaged: "not a ranker file",
              tmp_path / "missing.safetensors": "no such file"}
+    cases[""] = "no ranker ships for encoder"  # the default: none ships for the test's hashing encoder
     for path, message in cases.items():
         learned = Engine(index, encoder, config=LearnedConfig(ranker=str(path)))
         with pytest.raises(UserError, match=message) as exc:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from importlib import resources
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+import hpengine
 
 from hpengine.config import LearnedConfig
 from hpengine.errors import UserError
@@ -54,7 +55,7 @@ def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
 def default_ranker_path(encoder: str) -> Path:
     """The ranker shipped for ``encoder`` (the index's encoder name), whether or not it exists."""
     key = re.sub(r"[^a-z0-9]+", "-", encoder.lower()).strip("-")
-    return Path(str(resources.files("hpengine.data"))) / "rankers" / f"{key}.safetensors"
+    return Path(hpengine.__file__).resolve().parent / "data" / "rankers" / f"{key}.safetensors"
 
 
 def resolve_ranker(path: str, encoder: str) -> tuple:
