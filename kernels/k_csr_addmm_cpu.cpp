@@ -14,10 +14,12 @@
 // Accumulation order (records must not change): per output element, the products a_ik * x_kj are
 // summed in CSR order starting from 0, in the tensor's dtype, without fused multiply-add; the sum
 // is then scaled, acc * alpha, and beta * input is added (input is not read when beta == 0, as in
-// torch.addmm). The flags below (-ffp-contract=off) keep the compiler from contracting to FMA.
+// torch.addmm). The build flags (-ffp-contract=off, hpengine/sparse/_dispatch.py) keep the compiler
+// from contracting to FMA.
 //
-// Indices: int32 or int64 crow/col as the CSR stores them (hpengine builds int32 when they fit). out may be input (accumulate in place:
-// each row's input is read before its output is written), never x.
+// Indices: int32 or int64 crow/col as the CSR stores them (hpengine builds int32 when they fit).
+// out may be input (accumulate in place: each row's input is read before its output is written),
+// never x.
 #include <torch/extension.h>
 #include <torch/library.h>
 

@@ -246,8 +246,8 @@ def main(argv=None) -> int:
                 finally:
                     os.environ.pop("HPENGINE_KERNELS") if saved is None else os.environ.update(HPENGINE_KERNELS=saved)
                 records.append(base)
-                print(f"  batched_torch Q={q}: {base.throughput:,.1f} q-hops/s (kernels {rec.throughput / base.throughput:.2f}x)",
-                      flush=True)
+                print(f"  batched_torch Q={q}: {base.throughput:,.1f} q-hops/s "
+                      f"(kernels {rec.throughput / base.throughput:.2f}x)", flush=True)
         if args.profile:
             print(profile(problem, cfg, max(qs)), flush=True)
         if args.baselines:

@@ -219,7 +219,8 @@ def table(records: list[Record]) -> str:
     by: dict = {}
     for r in records:
         by.setdefault(r.case["H"], {}).setdefault(r.impl, []).append(r)
-    impls = [i for i in ("power", "power_torch", "chebyshev", "chebyshev_torch", "chebyshev_f64", "torch_ppr") if any(i in b for b in by.values())]
+    known = ("power", "power_torch", "chebyshev", "chebyshev_torch", "chebyshev_f64", "torch_ppr")
+    impls = [i for i in known if any(i in b for b in by.values())]
     head = ["H", "Q"] + [f"{i} q/s" for i in impls] + ["igraph q/s", "networkx q/s"] + \
         [f"{i} × igraph" for i in impls]
     rows = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]

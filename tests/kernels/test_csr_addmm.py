@@ -1,6 +1,8 @@
 """The CPU kernel of the CSR x dense product (kernels/k_csr_addmm_cpu.cpp) against its PyTorch twin
 (torch.addmm) bit for bit, and the ops that use it (PPR, the hop's walk) against the PyTorch path and
 the dense references; the dispatch's modes and its no-compiler path."""
+import warnings
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from hpengine.graph import HyperGraph
 from hpengine.retrieval import hyperprove_hop, personalized_pagerank
 from hpengine.sparse import _dispatch
 from hpengine.sparse._dispatch import ENV, csr_addmm, csr_addmm_torch
+from hpengine.sparse._incidence import csr_with_values
 from hpengine.testing._graphs import random_hypergraph
 from hpengine.testing.reference import dense_ppr
 
@@ -26,9 +29,11 @@ def random_csr(rows: int, cols: int, density: float, dtype, index_dtype, seed: i
     dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
     dense = dense * (torch.rand(rows, cols, generator=g) < density)
     dense[rows // 2] = 0.0  # an empty row
-    m = dense.to(dtype).to_sparse_csr()
-    return torch.sparse_csr_tensor(m.crow_indices().to(index_dtype), m.col_indices().to(index_dtype), m.values(),
-                                   size=m.shape)
+    with warnings.catch_warnings():  # "CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        m = dense.to(dtype).to_sparse_csr()
+    return csr_with_values(m.crow_indices().to(index_dtype), m.col_indices().to(index_dtype), m.values(),
+                           tuple(m.shape))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -54,7 +59,8 @@ def test_beta_zero_ignores_input(kernels):
     mat = random_csr(9, 7, 0.4, torch.float32, torch.int32, 3)
     x = torch.rand(7, 4)
     base = torch.full((9, 4), float("nan"))
-    assert torch.equal(csr_addmm(base, mat, x, beta=0.0, out=base), csr_addmm_torch(torch.zeros(9, 4), mat, x, beta=0.0))
+    want = csr_addmm_torch(torch.zeros(9, 4), mat, x, beta=0.0)
+    assert torch.equal(csr_addmm(base, mat, x, beta=0.0, out=base), want)
 
 
 def test_kernel_under_torch_compile(kernels):
@@ -62,9 +68,11 @@ def test_kernel_under_torch_compile(kernels):
     mat = random_csr(11, 13, 0.3, torch.float32, torch.int64, 4)
     x, base = torch.rand(13, 6), torch.rand(11, 6)
     crow, col, val = mat.crow_indices(), mat.col_indices(), mat.values()
+    # the CSR arrays as arguments (clones, not views of a sparse tensor, which dynamo cannot guard)
     fn = torch.compile(lambda crow, col, val, x, b: torch.ops.hpengine.csr_addmm(crow, col, val, x, b, 0.5, 2.0) * 1.0,
                        backend="eager", fullgraph=True)
-    assert torch.equal(fn(crow.clone(), col.clone(), val.clone(), x, base), torch.addmm(base, mat, x, beta=0.5, alpha=2.0))
+    got = fn(crow.clone(), col.clone(), val.clone(), x, base)
+    assert torch.equal(got, torch.addmm(base, mat, x, beta=0.5, alpha=2.0))
 
 
 def graph_with_synonyms(seed: int) -> HyperGraph:
