@@ -66,14 +66,27 @@ def kernel_sources() -> Path | None:
 
 def build_cpu_kernels() -> None:
     """Compile and load the CPU kernels (registers ``torch.ops.hpengine.*``); raises on any failure."""
+    import shutil
+
     from torch.utils import cpp_extension
 
     folder = kernel_sources()
     if folder is None:
         raise FileNotFoundError(f"kernels/{CPU_SOURCE} not found beside the package or as hpengine.kernels")
-    cpp_extension.load(name="hpengine_k_csr_addmm_cpu", sources=[str(folder / CPU_SOURCE)],
-                       extra_cflags=list(CPU_FLAGS), extra_ldflags=["-fopenmp"], is_python_module=False,
-                       verbose=False)
+    compiler = os.environ.get("CXX", "c++")  # what cpp_extension calls
+    if shutil.which(compiler) is None:
+        raise FileNotFoundError(f"no C++ compiler {compiler!r} on PATH")
+    if not cpp_extension.is_ninja_available():
+        raise FileNotFoundError("no ninja on PATH (pip install ninja)")
+    torch_log = logging.getLogger("torch.utils.cpp_extension")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)  # its compiler-version warnings: the outcome is said in one line
+    try:
+        cpp_extension.load(name="hpengine_k_csr_addmm_cpu", sources=[str(folder / CPU_SOURCE)],
+                           extra_cflags=list(CPU_FLAGS), extra_ldflags=["-fopenmp"], is_python_module=False,
+                           verbose=False)
+    finally:
+        torch_log.setLevel(level)
 
 
 
