@@ -87,6 +87,28 @@ def build_cpu_kernels() -> None:
                            verbose=False)
     finally:
         torch_log.setLevel(level)
+    _register_autograd()
+
+
+def _register_autograd() -> None:
+    """Gradients of ``torch.ops.hpengine.csr_addmm`` for ``x`` and ``input`` (the CSR values and
+    indices are constants): ``dx = alpha * A^T g`` (PyTorch's sparse product), ``dinput = beta * g``."""
+
+    def setup_context(ctx, inputs, output):
+        crow, col, val, x, _, beta, alpha = inputs
+        ctx.save_for_backward(crow, col, val)
+        ctx.shape, ctx.beta, ctx.alpha = (crow.shape[0] - 1, x.shape[0]), beta, alpha
+
+    def backward(ctx, grad):
+        crow, col, val = ctx.saved_tensors
+        mat = torch.sparse_csr_tensor(crow, col, val, size=ctx.shape, check_invariants=False)
+        grad_x = torch.mm(mat.t(), grad) * ctx.alpha
+        return None, None, None, grad_x, grad * ctx.beta, None, None
+
+    try:
+        torch.library.register_autograd("hpengine::csr_addmm", backward, setup_context=setup_context)
+    except RuntimeError:  # registered already in this process (a second build after a failed one)
+        pass
 
 
 
@@ -126,7 +148,7 @@ def _kernel_applies(input: Tensor, mat: Tensor, x: Tensor, out: Tensor | None) -
     if out is not None and (out.dtype != x.dtype or out.shape != input.shape or not out.is_contiguous()):
         return False
     if torch.is_grad_enabled() and (mat.requires_grad or x.requires_grad or input.requires_grad):
-        return False  # the kernel has no backward; autograd keeps torch.addmm
+        return False  # the in-place product has no backward; autograd keeps torch.addmm
     return use_cpu_kernel(x.device)
 
 

@@ -187,3 +187,18 @@ def test_bad_mode_is_a_user_error(monkeypatch):
     monkeypatch.setenv(ENV, "fast")
     with pytest.raises(UserError, match=r"HPENGINE_KERNELS must be one of \['auto', 'on', 'off'\] \(got 'fast'\)"):
         _dispatch.kernel_mode()
+
+
+def test_functional_op_gradients_match_addmm(kernels):
+    """torch.ops.hpengine.csr_addmm composes with autograd: gradients for x and input as torch.addmm's."""
+    mat = random_csr(12, 9, 0.3, torch.float64, torch.int64, 5)
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(9, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    base = torch.randn(12, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(12, 4, generator=g, dtype=torch.float64)
+    out = torch.ops.hpengine.csr_addmm(mat.crow_indices(), mat.col_indices(), mat.values(), x, base, 0.3, -1.7)
+    got = torch.autograd.grad((out * weight).sum(), (x, base))
+    dense = mat.to_dense()
+    want = torch.autograd.grad((torch.addmm(base, dense, x, beta=0.3, alpha=-1.7) * weight).sum(), (x, base))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
