@@ -163,6 +163,7 @@ def csr_addmm(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha
     Shapes:
         input ``[m, w]``, mat ``[m, n]`` CSR, x ``[n, w]`` -> ``[m, w]``.
     """
+    # bench_ppr (H = 100k, Q = 1,024, 1 thread): PPR 1.25-1.8x, the hop 1.07x, same bits (kernels/README.md)
     if _kernel_applies(input, mat, x, out):
         if out is None:
             out = torch.empty_like(input, memory_format=torch.contiguous_format)
