@@ -7,7 +7,8 @@ that saw it.
         --set hotpotqa=IDX_H:QUESTIONS_H --label minilm
 
 The candidates and features of each set are computed once and kept beside the results
-(``benchmarks/results/learned/<label>_<set>.safetensors``; ``--reuse`` reads them again).
+(``benchmarks/results/learned/<label>_<set>.safetensors``, not committed: 8 MB for the three dev sets;
+``--reuse`` reads them again).
 """
 from __future__ import annotations
 
@@ -180,11 +181,11 @@ def main(argv=None) -> None:
                    "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")
     args = p.parse_args(argv)
     out = run(args)
-    if args.ship:
-        ship(args, out)
     path = write_json(out, RESULTS / "learned" / f"cv_{args.label}.json")
     print(table(out))
     print(f"written to {path}")
+    if args.ship:
+        ship(args, out)
 
 
 if __name__ == "__main__":

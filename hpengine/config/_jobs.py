@@ -145,7 +145,7 @@ class TrainJobConfig:
     #: Device for the encoder, the index and the training.
     device: str = "cpu"
     #: Width of the ranker's hidden layer (0: a linear ranker).
-    hidden: int = 32
+    hidden: int = 16
     #: Full-batch training steps (Adam).
     epochs: int = 300
     #: Adam learning rate.

@@ -26,7 +26,7 @@ class CandidateRanker(torch.nn.Module):
 
     Args:
         num_features: F.
-        hidden: width of the MLP's hidden layer (default 32; 0: linear only).
+        hidden: width of the MLP's hidden layer (default 16; 0: linear only).
 
     Shapes:
         forward: features float ``[Q, C, F]``, valid bool ``[Q, C]`` -> scores float32 ``[Q, C]``
@@ -38,7 +38,7 @@ class CandidateRanker(torch.nn.Module):
         torch.Size([2, 4])
     """
 
-    def __init__(self, num_features: int, hidden: int = 32):
+    def __init__(self, num_features: int, hidden: int = 16):
         super().__init__()
         if num_features < 1 or hidden < 0:
             raise ValueError(f"CandidateRanker needs num_features >= 1 and hidden >= 0 (got {num_features}, {hidden})")
@@ -88,7 +88,7 @@ def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
     return (-on_gold[has] / count[has]).mean()
 
 
-def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 32, epochs: int = 300,
+def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 16, epochs: int = 300,
                lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, log=None) -> CandidateRanker:
     """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss.
 
@@ -124,6 +124,7 @@ def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> 
     header = {"format": RANKER_FORMAT, "format_version": RANKER_VERSION, "hidden": model.hidden,
               "num_features": model.num_features, **meta}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
     save_file(tensors, tmp, metadata={"hpengine": json.dumps(header)})
     os.replace(tmp, path)

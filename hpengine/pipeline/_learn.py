@@ -114,7 +114,7 @@ def fusion_order(examples: RankerExamples) -> Tensor:
     return torch.sort(rr, dim=1, descending=True, stable=True).indices
 
 
-def train_ranker(examples: RankerExamples, *, hidden: int = 32, epochs: int = 300, lr: float = 0.01,
+def train_ranker(examples: RankerExamples, *, hidden: int = 16, epochs: int = 300, lr: float = 0.01,
                  weight_decay: float = 1e-4, seed: int = 0, log=None):
     """:func:`hpengine.nn.fit_ranker` on ``examples``."""
     return fit_ranker(examples.features, examples.gold, examples.valid, hidden=hidden, epochs=epochs, lr=lr,

@@ -19,8 +19,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-import hpengine
-
 from hpengine.config import LearnedConfig
 from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
@@ -55,7 +53,7 @@ def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
 def default_ranker_path(encoder: str) -> Path:
     """The ranker shipped for ``encoder`` (the index's encoder name), whether or not it exists."""
     key = re.sub(r"[^a-z0-9]+", "-", encoder.lower()).strip("-")
-    return Path(hpengine.__file__).resolve().parent / "data" / "rankers" / f"{key}.safetensors"
+    return Path(__file__).resolve().parents[2] / "data" / "rankers" / f"{key}.safetensors"  # hpengine/data/rankers
 
 
 def resolve_ranker(path: str, encoder: str) -> tuple:
