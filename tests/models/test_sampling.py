@@ -131,9 +131,9 @@ def test_sampler_benchmark_runs_and_its_draws_agree(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "ops" / "bench_sampler.py"
-    out = tmp_path / "sampler.json"
-    subprocess.run([sys.executable, str(script), "--rows", "4", "--vocab", "2000", "--steps", "2",
-                    "--out", str(out)], check=True, capture_output=True, text=True)
-    result = json.loads(out.read_text())
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "benchmarks", "ops", "bench_sampler", "rows=4", "vocab=2000", "steps=2",
+                    f"out={tmp_path}"], check=True, capture_output=True, text=True, cwd=root)
+    (path,) = tmp_path.rglob("bench_sampler.json")
+    result = json.loads(path.read_text())["meta"]
     assert result["draws_agree"] == "8/8" and result["tokens_hashed_per_row"] <= 2000
