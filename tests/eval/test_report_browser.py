@@ -112,6 +112,7 @@ def check_page(path: str, search: str | None = None, screenshot: str | None = No
                 found[f"gold {choice}"] = len(expected)
             page.select_option("#f-gold", "")
             if len(runs) > 1:
+                default_metric = page.input_value("#f-metric")  # restored below: the screenshot shows the page's own
                 for metric, solved in (("em", lambda r: r["em"] == 1), ("r5", lambda r: r["recall5"] == 1)):
                     page.select_option("#f-metric", metric)
                     page.select_option("#f-a", "1")
@@ -121,7 +122,7 @@ def check_page(path: str, search: str | None = None, screenshot: str | None = No
                     found[f"solved by {runs[1]['name']}, not {runs[0]['name']} ({metric})"] = len(expected)
                 page.select_option("#f-a", "")
                 page.select_option("#f-b", "")
-                page.select_option("#f-metric", "em")
+                page.select_option("#f-metric", default_metric)
 
             # open a question with a gold passage in some run's ranking
             pick = next((q for q in questions if any(g for r in q["runs"] for _, g in r["ranked"])), questions[0])
