@@ -9,11 +9,15 @@ Layout of an index folder ``DIR`` (format 2)::
     DIR/gen-<N>/            the data files of generation N (texts.json, tensors.safetensors,
                             grag.*) and the owner marker ``.hpengine-owner``
     DIR/.hpengine-store     the store token: random hex written when the store is created
-    DIR/.hpengine.lock      the writer lock (``fcntl.flock``); holds who has it (pid, command, time)
+    DIR/.hpengine.lock      the writer lock (``fcntl.flock``); only locked, never written
+    DIR/.hpengine.holder    who took the lock last (pid, host, command, time), written atomically
     DIR/.tmp-<hex>/         a generation being written (owner marker inside)
     DIR/.build/             the shards of a streaming build in progress (owner marker inside); kept
-                            when a build is killed, so the next build of the same corpus resumes,
-                            and removed once the build commits
+                            when a build is stopped (kill -9, Ctrl-C, SIGTERM), so the same command
+                            resumes from its verified shards, and removed once the build commits
+
+Every file below ``DIR`` is opened without following links and written as a new file renamed into
+place (:mod:`hpengine.graph._files`; docs/guides/shared_index.md).
 
 Format 1 (before generations) kept the data files beside ``index.json``; it still loads, and the
 first write to it commits a format-2 generation and removes the format-1 data files.
