@@ -137,8 +137,14 @@ def build_index(corpus, out, *, config: IndexConfig | None = None, overwrite: bo
     """
     from hpengine.jobs import run_index
 
+    from hpengine.errors import OutputExistsError
+    from hpengine.graph import IndexStore
+
     path, loaded = _corpus(corpus)
     cfg = _settings(IndexConfig, config, settings, {"corpus": path, "out": os.fspath(out)})
+    if not overwrite and os.path.isdir(cfg.out) and IndexStore(cfg.out).is_index():  # said in this API's words
+        raise OutputExistsError(f"{cfg.out!r} already holds an index: open it with hpengine.open_index({cfg.out!r}), "
+                                f"grow it with hpengine.add, or pass overwrite=True to replace it")
     return run_index(cfg, overwrite=overwrite, progress=progress, loaded=loaded)[0]
 
 

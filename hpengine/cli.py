@@ -103,9 +103,12 @@ def split_ask_args(args: list, top_keys) -> tuple[str, str, list]:
         return positional[0], "", overrides
     if len(positional) != 2:
         got = "no arguments" if not positional else " ".join(repr(p) for p in positional)
+        hint = next((f"; {p.split('=', 1)[0]!r} is no key{closest(p.split('=', 1)[0], top_keys)}"
+                     for p in positional[2:] if re.match(r"^[A-Za-z_][\w.\-]*=", p)
+                     and closest(p.split("=", 1)[0].split(".")[0], top_keys)), "")
         raise _user_error('ask takes IDX and at most one question: hpengine ask IDX ["question" | - | '
                           'questions=FILE] [key=value ...]; quote the question, and put it after -- if it looks '
-                          f'like key=value (got {got})')
+                          f'like key=value (got {got}){hint}')
     return positional[0], positional[1], overrides
 
 

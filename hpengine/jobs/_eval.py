@@ -325,8 +325,10 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
     from hpengine.jobs._paths import check_index_dir, check_output_file, check_outputs_apart
 
     if not cfg.questions:
-        raise UserError("eval needs questions=PATH (a JSON list or JSONL question file); the built-in demo "
-                        "questions are for `hpengine demo` (got no questions=)")
+        from hpengine.graph import builtin_questions_path
+
+        raise UserError(f"eval needs questions=PATH (a JSON list or JSONL question file, such as the built-in "
+                        f"{builtin_questions_path()}) (got no questions=)")
     check_index_dir(cfg.index, "index")
     check_llm(cfg.model)
     if cfg.output:
