@@ -206,8 +206,12 @@ class FusionRetriever(Retriever):
             weight = cfg.weight(name)
             if weight > 0:
                 cls = get_retriever(name)
-                view = MemberSteps(steps, member_config(cfg, name, cls.config_class), self._cache, cfg.member_llm)
+                view = MemberSteps(steps, self._member_config(name, cls.config_class), self._cache, cfg.member_llm)
                 self.members[name] = (cls(view), weight)
+
+    def _member_config(self, name: str, config_class: type) -> EngineConfig:
+        """Member ``name``'s config (:func:`member_config`); a method built on the fusion changes it here."""
+        return member_config(self.config, name, config_class)
 
     def llm_components(self) -> list:
         models = [m for retriever, _ in self.members.values() for m in retriever.llm_components()]

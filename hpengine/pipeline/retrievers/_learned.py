@@ -22,9 +22,8 @@ from torch import Tensor
 from hpengine.config import LearnedConfig
 from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
-from hpengine.pipeline.retrievers._base import get_retriever, register_retriever
-from hpengine.pipeline.retrievers._fusion import (FusionRetriever, MemberSteps, fuse_rankings, member_config,
-                                                  rrf_scores, stack_rankings)
+from hpengine.pipeline.retrievers._base import register_retriever
+from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
 from hpengine.retrieval import linked_passages
 
 #: the lists a candidate's ranks are read from, in feature order
@@ -90,12 +89,12 @@ class LearnedRetriever(FusionRetriever):
 
     def __init__(self, steps, ranker=None):
         super().__init__(steps)
-        cfg = self.config
-        for name in list(self.members):  # deeper member lists: the candidates
-            cls, weight = type(self.members[name][0]), self.members[name][1]
-            own = dataclasses.replace(member_config(cfg, name, cls.config_class), passage_width=cfg.candidate_width)
-            self.members[name] = (get_retriever(name)(MemberSteps(steps, own, self._cache, cfg.member_llm)), weight)
         self._ranker = ranker
+
+    def _member_config(self, name: str, config_class: type):
+        """The fusion's member config with lists ``candidate_width`` deep: the candidates."""
+        own = member_config(self.config, name, config_class)
+        return dataclasses.replace(own, passage_width=self.config.candidate_width)
 
     @property
     def ranker(self):
