@@ -57,13 +57,6 @@ def folds_of(n: int, k: int, seed: int) -> list:
     return [sorted(rows[i::k]) for i in range(k)]
 
 
-def order_by(examples, feature: str):
-    from hpengine.pipeline.retrievers import FEATURES
-
-    rr = examples.features[..., FEATURES.index(feature)].masked_fill(~examples.valid, -1.0)
-    return torch.sort(rr, dim=1, descending=True, stable=True).indices
-
-
 def scores(order, examples) -> dict:
     from hpengine.pipeline import recall_at
 
@@ -71,7 +64,7 @@ def scores(order, examples) -> dict:
 
 
 def run(args) -> dict:
-    from hpengine.pipeline import RankerExamples, fusion_order, rank_candidates, train_ranker
+    from hpengine.pipeline import RankerExamples, fusion_order, list_order, rank_candidates, train_ranker
 
     torch.set_num_threads(args.threads)
     sets, seconds = {}, {}
@@ -85,7 +78,7 @@ def run(args) -> dict:
     for name, ex in sets.items():
         row = {"questions": len(ex), "fusion": scores(fusion_order(ex), ex)}
         for m in MEMBERS:
-            row[m] = scores(order_by(ex, f"rr_{m}"), ex)
+            row[m] = scores(list_order(ex, m), ex)
         has = ex.num_gold > 0
         row["gold_in_candidates"] = round(float((ex.gold.sum(1).float()[has] / ex.num_gold[has]).mean()), 4)
         out["sets"][name] = row

@@ -34,6 +34,7 @@ _EXPORTS = {
     "register_retriever": "hpengine.pipeline.retrievers",
     "RankerExamples": "hpengine.pipeline._learn",
     "fusion_order": "hpengine.pipeline._learn",
+    "list_order": "hpengine.pipeline._learn",
     "rank_candidates": "hpengine.pipeline._learn",
     "ranker_examples": "hpengine.pipeline._learn",
     "ranker_meta": "hpengine.pipeline._learn",
@@ -46,7 +47,7 @@ _EXPORTS = {
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
-    from hpengine.pipeline._learn import (RankerExamples, fusion_order, gold_passage_ids, rank_candidates,
+    from hpengine.pipeline._learn import (RankerExamples, fusion_order, gold_passage_ids, list_order, rank_candidates,
                                           ranker_examples, ranker_meta, recall_at, train_ranker, write_ranker)
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
@@ -73,6 +74,7 @@ __all__ = [
     "gold_passage_ids",
     "is_comparison",
     "is_unknown",
+    "list_order",
     "names_shared",
     "rank_candidates",
     "ranker_examples",

@@ -107,11 +107,17 @@ def recall_at(order: Tensor, examples: RankerExamples, k: int) -> float:
     return float((hits[has] / examples.num_gold[has].float()).mean()) if bool(has.any()) else float("nan")
 
 
-def fusion_order(examples: RankerExamples) -> Tensor:
-    """int64 ``[N, C]``: the candidates in the fusion's order (its final ranking first; the others
-    after, in candidate order), the baseline a ranker is measured against."""
-    rr = examples.features[..., FEATURES.index("rr_fusion")].masked_fill(~examples.valid, -1.0)
+def list_order(examples: RankerExamples, name: str = "fusion") -> Tensor:
+    """int64 ``[N, C]``: the candidates in the order of one of the lists (:data:`LISTS`; its
+    passages first, by their ``rr_<name>`` feature; the others after, in candidate order)."""
+    rr = examples.features[..., FEATURES.index(f"rr_{name}")].masked_fill(~examples.valid, -1.0)
     return torch.sort(rr, dim=1, descending=True, stable=True).indices
+
+
+def fusion_order(examples: RankerExamples) -> Tensor:
+    """int64 ``[N, C]``: the candidates in the fusion's order, the baseline a ranker is measured
+    against (:func:`list_order`)."""
+    return list_order(examples, "fusion")
 
 
 def train_ranker(examples: RankerExamples, *, hidden: int = 16, epochs: int = 300, lr: float = 0.01,
