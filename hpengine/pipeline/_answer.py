@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
@@ -70,15 +71,19 @@ def answers_from_predictions(predictions: list, index, question_emb: Tensor | No
         question_emb ``[Q, D]`` (the engine's query embeddings of the predictions' questions);
         ``index.passage_emb`` ``[P, D]``.
     """
+    width = max((len(p.passages) for p in predictions), default=0)
+    scores = [[None] * width for _ in predictions]
+    if index.passage_emb is not None and question_emb is not None and width:
+        emb = index.passage_emb
+        ids = torch.tensor([list(p.passages) + [0] * (width - len(p.passages)) for p in predictions],
+                           dtype=torch.int64, device=emb.device)  # [Q, W], padding scored and dropped
+        rows = emb.index_select(0, ids.reshape(-1)).view(*ids.shape, -1).float()  # [Q, W, D]
+        # one host copy for the batch: the answers' printable numbers
+        scores = torch.einsum("qwd,qd->qw", rows, question_emb.float().to(emb.device)).tolist()
     answers = []
-    # one small gather per question: this is the reader's path (Engine.ask), not the batch path
-    for q, pred in enumerate(predictions):
-        scores = [None] * len(pred.passages)
-        if index.passage_emb is not None and question_emb is not None and pred.passages:
-            rows = index.passage_emb[pred.passages].float()
-            scores = (rows @ question_emb[q].float().to(rows.device)).tolist()  # host copy: the answer's numbers
+    for pred, row in zip(predictions, scores):
         passages = [ScoredPassage(int(i), index.passages[i].title, index.passages[i].text, s)
-                    for i, s in zip(pred.passages, scores)]
+                    for i, s in zip(pred.passages, row)]
         answers.append(Answer(pred.question, pred.answer, passages, list(pred.chain), list(pred.notes),
                               is_llm_answer))
     return answers
