@@ -25,6 +25,7 @@ past ``MAX_SEGMENTS`` the next save writes the index whole again, as delete and 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from torch import Tensor
 
 from hpengine.errors import UserError
 from hpengine.graph._hypergraph import HyperGraph
-from hpengine.graph._files import check_entry, read_bytes, write_atomic
+from hpengine.graph._files import check_entry, open_read, write_atomic
 from hpengine.graph._mmap import map_safetensors, page_out, read_safetensors, write_safetensors
 from hpengine.graph._store import (DEFAULT_LOCK_TIMEOUT, MANIFEST, SEGMENTED_VERSION, Generation, IndexFormatError,
                                    IndexStore, read_generation, read_json, write_json_durable)
@@ -419,8 +420,8 @@ def _link(src: Path, dst: Path) -> None:
     try:
         os.link(src, dst, follow_symlinks=False)
     except OSError:
-        data = read_bytes(src)
-        write_atomic(dst, data)
+        with os.fdopen(open_read(src), "rb") as source:  # streamed: a copy never holds the file in memory
+            write_atomic(dst, lambda f: shutil.copyfileobj(source, f, 1 << 23))
 
 
 def _read_tensors(path: Path, device: torch.device, mmap: bool, root: Path | None = None) -> dict:

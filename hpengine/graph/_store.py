@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import secrets
@@ -124,7 +125,13 @@ def _fsync_dir(path: Path) -> None:
 def write_json_durable(path: Path, obj, root: Path | None = None) -> None:
     """Write ``obj`` as JSON to ``path`` inside ``root`` (default: its folder): a new file created
     exclusively, fsynced and renamed into place (:func:`hpengine.graph._files.write_atomic`)."""
-    write_atomic(path, json.dumps(obj, ensure_ascii=False).encode("utf-8"), root)
+    def dump(f) -> None:  # streamed: a million passages' texts.json is never one string in memory
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        json.dump(obj, text, ensure_ascii=False)
+        text.flush()
+        text.detach()
+
+    write_atomic(path, dump, root)
 
 
 def read_json(path: Path, root: Path | None = None):

@@ -212,3 +212,21 @@ def test_a_lock_timeout_names_the_process_that_holds_the_lock(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_add_where_hard_links_are_refused_copies_the_files(tmp_path, monkeypatch):
+    """A file system without hard links: the kept files are copied (streamed) into the new generation."""
+    import torch
+
+    idx = build("Alpha").save(tmp_path / "idx")
+    more, _ = add_passages(Index.load(idx), [Passage("Kell", "text of Kell")], extractor=ListExtractor(TABLE),
+                           encoder=HashingEncoder(), graph_cfg=CFG)
+
+    def no_links(*args, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr("hpengine.graph._index.os.link", no_links)
+    more.save(idx, append=True)
+    loaded = Index.load(idx)
+    assert [p.title for p in loaded.passages] == ["Alpha", "Kell"]
+    assert torch.equal(loaded.fact_emb, more.fact_emb) and loaded.facts == more.facts
