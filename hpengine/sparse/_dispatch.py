@@ -14,8 +14,9 @@ every kernel is tested equal to, and it is what runs when no compiler is at hand
 
 Which product goes to the kernel (``kernels/README.md``, benchmarks/README.md "Kernels"): the CSR x
 dense product of PPR's iteration and of the hop's walk on the CPU (bench_ppr, H = 100k, one
-thread). Everything else (CUDA, autograd through the product, broadcast ``input``) stays on
-``torch.addmm``.
+thread). On CUDA the same product goes to the Triton kernel (``kernels/k_csr_addmm_triton.py``)
+only with ``on``: it sums in the CPU's order, and ``auto`` keeps torch.addmm's (cuSPARSE's) bits
+there. Everything else (autograd through the product, broadcast ``input``) stays on ``torch.addmm``.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ CPU_SOURCE = "k_csr_addmm_cpu.cpp"
 # -ffp-contract=off: no fused multiply-add, so the kernel sums exactly as torch.addmm does (the
 # retrieval records must not change with the kernel); -march=native: built on the machine that runs it
 CPU_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-march=native")
+#: the Triton kernel of the same product on CUDA (kernels/k_csr_addmm_triton.py; needs triton)
+TRITON_SOURCE = "k_csr_addmm_triton.py"
 
 _log = logging.getLogger(__name__)
 
@@ -140,6 +143,43 @@ def use_cpu_kernel(device: torch.device) -> bool:
     return reason is None
 
 
+def load_triton_kernels():
+    """Import ``kernels/k_csr_addmm_triton.py`` by path (``kernels/`` is not a Python package) and
+    return the module; raises ImportError without triton. Each call imports it afresh."""
+    import importlib.util
+
+    folder = kernel_sources()
+    if folder is None or not (folder / TRITON_SOURCE).is_file():
+        raise FileNotFoundError(f"kernels/{TRITON_SOURCE} not found beside the package or as hpengine.kernels")
+    spec = importlib.util.spec_from_file_location("hpengine_k_csr_addmm_triton", folder / TRITON_SOURCE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.lru_cache(maxsize=None)
+def triton_kernels() -> tuple[object | None, str | None]:
+    """The Triton kernels' module, loaded once per process, and ``None``; or ``None`` and the reason
+    (one line) it cannot load."""
+    try:
+        return load_triton_kernels(), None
+    except Exception as exc:  # triton is optional: not installed, or a broken install
+        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def use_triton_kernel(device: torch.device) -> bool:
+    """Whether a sparse product on ``device`` goes to the Triton kernel: CUDA with :data:`ENV` ``on``
+    only (raises a UserError when triton cannot load). It sums in the CPU's order, where torch.addmm on
+    CUDA (cuSPARSE) sums in its own, so by default (``auto``) CUDA products keep torch.addmm's bits."""
+    if device.type != "cuda" or kernel_mode() != "on":
+        return False
+    module, reason = triton_kernels()
+    if module is None:
+        raise UserError(f"{ENV}=on but the Triton kernels are unavailable: {reason[:200]} "
+                        f"(pip install triton, or set {ENV}=off or auto for the PyTorch path)")
+    return True
+
+
 def _kernel_applies(input: Tensor, mat: Tensor, x: Tensor, out: Tensor | None) -> bool:
     if mat.layout != torch.sparse_csr or x.dtype not in (torch.float32, torch.float64):
         return False
@@ -149,7 +189,7 @@ def _kernel_applies(input: Tensor, mat: Tensor, x: Tensor, out: Tensor | None) -
         return False
     if torch.is_grad_enabled() and (mat.requires_grad or x.requires_grad or input.requires_grad):
         return False  # the in-place product has no backward; autograd keeps torch.addmm
-    return use_cpu_kernel(x.device)
+    return use_cpu_kernel(x.device) or use_triton_kernel(x.device)
 
 
 def csr_addmm(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
@@ -158,7 +198,8 @@ def csr_addmm(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha
     ``out`` when given (``out`` may be ``input``, never ``x``).
 
     The CPU kernel (``kernels/k_csr_addmm_cpu.cpp``) sums in torch.addmm's order and gives the same
-    bits (tests/kernels); other cases run ``torch.addmm`` itself.
+    bits (tests/kernels); on CUDA with ``HPENGINE_KERNELS=on`` the Triton kernel
+    (``kernels/k_csr_addmm_triton.py``) sums in the same order; other cases run ``torch.addmm`` itself.
 
     Shapes:
         input ``[m, w]``, mat ``[m, n]`` CSR, x ``[n, w]`` -> ``[m, w]``.
@@ -169,8 +210,10 @@ def csr_addmm(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha
             out = torch.empty_like(input, memory_format=torch.contiguous_format)
         if not input.is_contiguous():  # never out itself (a given out is contiguous)
             input = input.contiguous()
-        torch.ops.hpengine.csr_addmm_out(mat.crow_indices(), mat.col_indices(), mat.values(), x.contiguous(),
-                                         input, float(beta), float(alpha), out)
+        # CUDA with HPENGINE_KERNELS=on: the Triton kernel (kernels/k_csr_addmm_triton.py), the CPU's sum order
+        kernel = triton_kernels()[0].csr_addmm_out if use_triton_kernel(x.device) else torch.ops.hpengine.csr_addmm_out
+        kernel(mat.crow_indices(), mat.col_indices(), mat.values(), x.contiguous(),
+               input, float(beta), float(alpha), out)
         return out
     return csr_addmm_torch(input, mat, x, beta=beta, alpha=alpha, out=out)
 
@@ -185,5 +228,6 @@ def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0,
     return torch.addmm(input, mat, x, beta=beta, alpha=alpha, out=out)
 
 
-__all__ = ["CPU_SOURCE", "ENV", "MODES", "build_cpu_kernels", "cpu_kernels", "csr_addmm", "csr_addmm_torch",
-           "kernel_mode", "kernel_sources", "use_cpu_kernel"]
+__all__ = ["CPU_SOURCE", "ENV", "MODES", "TRITON_SOURCE", "build_cpu_kernels", "cpu_kernels", "csr_addmm",
+           "csr_addmm_torch", "kernel_mode", "kernel_sources", "load_triton_kernels", "triton_kernels",
+           "use_cpu_kernel", "use_triton_kernel"]
