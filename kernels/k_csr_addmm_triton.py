@@ -51,7 +51,8 @@ def _csr_addmm_kernel(
     mask = cols < w
     lo = tl.load(crow_ptr + row).to(tl.int64)
     hi = tl.load(crow_ptr + row + 1).to(tl.int64)
-    acc = tl.zeros([BLOCK_W], dtype=out_ptr.dtype.element_ty)
+    # tl.full, a builtin (tl.zeros is a jit function, which breaks the interpreter where triton was imported first)
+    acc = tl.full([BLOCK_W], 0, out_ptr.dtype.element_ty)
     for k in range(lo, hi):  # one nonzero at a time: the sum's order is CSR order
         j = tl.load(col_ptr + k).to(tl.int64)
         a = tl.load(val_ptr + k)
