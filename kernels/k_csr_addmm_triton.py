@@ -30,6 +30,9 @@ import triton.language as tl
 
 #: widest block of output columns one program computes (a chunk of questions is usually wider on CUDA)
 MAX_BLOCK_W = 128
+#: compiler options of every launch: no FMA contraction (the CPU's rounding: a rounded product, then a
+#: rounded sum), which tests/kernels/test_csr_addmm_triton.py checks in the generated PTX
+COMPILE_OPTIONS = {"enable_fp_fusion": False}
 
 
 @triton.jit
@@ -100,6 +103,5 @@ def csr_addmm_out(crow: torch.Tensor, col: torch.Tensor, val: torch.Tensor, x: t
     block = min(max(triton.next_power_of_2(w), 16), MAX_BLOCK_W)
     grid = (m, triton.cdiv(w, block))
     _csr_addmm_kernel[grid](crow, col, val, x, input, out, w, float(beta), float(alpha),
-                            USE_INPUT=beta != 0.0, BLOCK_W=block, num_warps=max(1, block // 64),
-                            enable_fp_fusion=False)
+                            USE_INPUT=beta != 0.0, BLOCK_W=block, num_warps=max(1, block // 64), **COMPILE_OPTIONS)
     return out

@@ -95,6 +95,30 @@ def test_kernel_equals_cpu_addmm_bitwise(kernel, dtype, index_dtype, width):
                        torch.addmm(base, mat, x, alpha=-0.85))
 
 
+@pytest.mark.parametrize("value, index", [("fp32", "i32"), ("fp64", "i64")])
+def test_compiled_kernel_has_no_fma(monkeypatch, value, index):
+    """What the interpreter cannot show: compiled for CUDA (sm_90, no GPU needed: triton ships
+    ptxas), the kernel rounds each product and each sum (PTX mul.rn / add.rn, never fma), as the CPU
+    does; with FMA contraction allowed the same source would round once per multiply-add."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # a compiled (not interpreted) kernel
+    module = _dispatch.load_triton_kernels()
+    signature = {"crow_ptr": f"*{index}", "col_ptr": f"*{index}", "val_ptr": f"*{value}", "x_ptr": f"*{value}",
+                 "input_ptr": f"*{value}", "out_ptr": f"*{value}", "w": "i32", "beta": "fp64", "alpha": "fp64",
+                 "USE_INPUT": "constexpr", "BLOCK_W": "constexpr"}
+    source = ASTSource(module._csr_addmm_kernel, signature, constexprs={"USE_INPUT": True, "BLOCK_W": 128})
+    target = GPUTarget("cuda", 90, 32)
+    ptx = compile(source, target=target, options={"num_warps": 2, **module.COMPILE_OPTIONS}).asm["ptx"]
+    ty = "f32" if value == "fp32" else "f64"
+    assert f"mul.rn.{ty}" in ptx and f"add.rn.{ty}" in ptx
+    assert "fma" not in ptx and ".ftz" not in ptx
+    fused = compile(source, target=target, options={"num_warps": 2, "enable_fp_fusion": True}).asm["ptx"]
+    assert f"fma.rn.{ty}" in fused  # the check above can fail
+
+
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="needs CUDA")
 def test_kernel_close_to_cuda_addmm(kernel):
     """torch.addmm on CUDA (cuSPARSE) sums in an order of its own: close to the kernel, not equal in
