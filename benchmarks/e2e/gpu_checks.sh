@@ -4,7 +4,11 @@
 #   2. every method end to end on CUDA against the same run on CPU: the built-in corpus indexed
 #      with a random 2-layer BERT (benchmarks/e2e/gpu_fixture.py, prepared on a CPU machine with
 #      the full install), no LLM and a tiny random LLM, records compared with a float tolerance;
-#   3. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios).
+#   3. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios);
+#   4. the Triton kernel of the CSR x dense product (kernels/k_csr_addmm_triton.py, opt-in with
+#      HPENGINE_KERNELS=on): its tests compiled on CUDA (the CPU's bits), then PPR and the hop on cuda
+#      with it beside the PyTorch path in the same run (at most about 4 minutes; skipped without triton).
+#      Alone, after the environment check: bash benchmarks/e2e/gpu_checks.sh OUT_DIR FIXTURE_DIR triton
 # Needs torch with CUDA, transformers, tokenizers, numpy, safetensors, tqdm, networkx, scipy, pytest,
 # hypothesis, hydra-core and omegaconf; hpengine runs from the working tree (no install). Logs,
 # records and benchmark JSON go to OUT_DIR (the benchmark JSON under OUT_DIR/ops_cuda and OUT_DIR/ops_cpu).
@@ -31,6 +35,30 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cu
       "bf16", torch.cuda.is_bf16_supported())
 EOF
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
+
+# 4. (defined here so that it can run alone) the Triton product on CUDA
+triton_checks() {
+  if ! $py -c "import triton" 2>/dev/null; then
+    echo "triton rc=skipped: no triton (torch's CUDA wheels install it; else pip install triton --no-deps)" | tee -a "$out/env.txt"
+    return
+  fi
+  $py -c "import triton; print('triton', triton.__version__)" | tee -a "$out/env.txt"
+  timeout 100 $py -m pytest -q -p no:cacheprovider -o addopts="" -rs tests/kernels/test_csr_addmm_triton.py \
+    2>&1 | tee "$out/tests_triton.log"
+  echo "triton tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
+  # HPENGINE_KERNELS=on: CUDA products go to the Triton kernel; *_torch and batched_torch switch it off
+  # per call, so each line's ratio is on one machine in one run
+  HPENGINE_KERNELS=on timeout 80 $py -m benchmarks ops bench_ppr device=cuda sizes=100000,1000000 queries=64,1024 \
+    max_q_at_1m=1024 impls=chebyshev,chebyshev_torch baselines=false out="$out/ops_cuda_triton" \
+    2>&1 | tee "$out/bench_ppr_cuda_triton.log"
+  HPENGINE_KERNELS=on timeout 80 $py -m benchmarks ops bench_hop device=cuda sizes=100000,1000000 queries=64,1024 \
+    torch_path=true baselines=false out="$out/ops_cuda_triton" 2>&1 | tee "$out/bench_hop_cuda_triton.log"
+}
+if [ "${3:-}" = "triton" ]; then
+  triton_checks
+  ls -la "$out"
+  exit 0
+fi
 
 # 1. CUDA equals CPU: the parametrised tests whose id names the cuda device
 timeout 170 $py -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" -k "cuda" \
@@ -61,4 +89,5 @@ for bench in ppr hop; do
   timeout 50 $py -m benchmarks ops bench_$bench device=cpu sizes=100000 queries=1,64,1024 \
     baselines=false out="$out/ops_cpu" 2>&1 | tee "$out/bench_${bench}_cpu.log"
 done
+triton_checks
 ls -la "$out"
