@@ -22,7 +22,8 @@ Indices: int32 or int64 ``crow``/``col`` as the CSR stores them; offsets are com
 
 This file needs triton; hpengine/sparse/_dispatch.py imports it (by path: ``kernels/`` is not a
 Python package) only when a product asks for it. Under ``TRITON_INTERPRET=1`` (set before this file
-is imported) the same kernel runs on CPU tensors in Triton's interpreter, which is how CI tests it.
+is imported) the same kernel runs on CPU tensors in Triton's interpreter, which is how
+tests/kernels/test_csr_addmm_triton.py tests it without a GPU (where triton is installed).
 """
 import torch
 import triton
