@@ -275,26 +275,38 @@ def _hop_chunk(op, index: DenseIndex, queries: Tensor, frontier: Tensor, seeds: 
     with record_function("hop.top_m"):  # 3. local subgraph: frontier and seeds forced in (they fit)
         subgraph = top_visited(visits, torch.cat([frontier, seeds], dim=1), m)  # [Qc, m]
         valid = subgraph >= 0
-    with record_function("hop.local_blocks"):
-        block = op.local_blocks(subgraph, out=_buffer(workspace, "block", num_q * m * m, op.dtype, op.device)
-                                .view(num_q, m, m), max_pairs=plan.max_pairs)
-        if cfg.theta > 0:  # with theta == 0 the block (entries >= 0) is its own adjacency: T* > 0
-            torch.nn.functional.threshold_(block, cfg.theta, 0.0)  # keeps T*_ij > theta, in place
-    with record_function("hop.bfs"):  # 4. BFS from the seeds; 5. distance to the frontier (reversed edges)
-        is_seed = (subgraph.unsqueeze(2) == seeds.unsqueeze(1)).any(2) & valid  # [Qc, m]
-        is_front = (subgraph.unsqueeze(2) == frontier.unsqueeze(1)).any(2) & valid  # [Qc, m]
-        struct_depth = cfg.struct_depth if cfg.struct_depth > 0 else cfg.bfs_depth
-        if cfg.theta == 0:
-            # T* > 0 has the symmetric pattern of W_s, so "from the seeds" and "to the frontier" are the
-            # same search direction: one pass over the block per round serves both searches
-            both = batched_bfs(block, torch.stack([is_seed, is_front], dim=2), max(cfg.bfs_depth, struct_depth),
-                               reverse=True)  # [Qc, m, 2]
-            from_seed, to_front = both[..., 0], both[..., 1]
-            reached = (from_seed >= 0) & (from_seed <= cfg.bfs_depth)
-            to_front = torch.where(to_front <= struct_depth, to_front, -1)
-        else:
-            reached = batched_bfs(block, is_seed, cfg.bfs_depth) >= 0
-            to_front = batched_bfs(block, is_front, struct_depth, reverse=True)  # [Qc, m] int64
+    # 4. BFS from the seeds; 5. distance to the frontier (reversed edges)
+    is_seed = (subgraph.unsqueeze(2) == seeds.unsqueeze(1)).any(2) & valid  # [Qc, m]
+    is_front = (subgraph.unsqueeze(2) == frontier.unsqueeze(1)).any(2) & valid  # [Qc, m]
+    struct_depth = cfg.struct_depth if cfg.struct_depth > 0 else cfg.bfs_depth
+    if cfg.theta == 0:
+        # T* > 0 has the symmetric pattern of W_s, so "from the seeds" and "to the frontier" are the
+        # same search direction: one pass over the block per round serves both searches
+        depths, reverse = [max(cfg.bfs_depth, struct_depth)] * 2, [True, True]
+    else:
+        depths, reverse = [cfg.bfs_depth, struct_depth], [False, True]
+    if op.uses_join_kernel():  # the CPU kernel: the BFS walks the blocks' edges, never forms them
+        with record_function("hop.local_bfs"):
+            both = op.local_bfs(subgraph, torch.stack([is_seed, is_front], dim=2), depths, reverse,
+                                theta=cfg.theta)  # [Qc, m, 2] int64
+    else:
+        with record_function("hop.local_blocks"):
+            block = op.local_blocks(subgraph, out=_buffer(workspace, "block", num_q * m * m, op.dtype, op.device)
+                                    .view(num_q, m, m), max_pairs=plan.max_pairs)
+            if cfg.theta > 0:  # with theta == 0 the block (entries >= 0) is its own adjacency: T* > 0
+                torch.nn.functional.threshold_(block, cfg.theta, 0.0)  # keeps T*_ij > theta, in place
+        with record_function("hop.bfs"):
+            if cfg.theta == 0:
+                both = batched_bfs(block, torch.stack([is_seed, is_front], dim=2), depths[0], reverse=True)
+            else:
+                both = torch.stack([batched_bfs(block, is_seed, depths[0]),
+                                    batched_bfs(block, is_front, depths[1], reverse=True)], dim=2)  # [Qc, m, 2]
+    from_seed, to_front = both[..., 0], both[..., 1]
+    if cfg.theta == 0:
+        reached = (from_seed >= 0) & (from_seed <= cfg.bfs_depth)
+        to_front = torch.where(to_front <= struct_depth, to_front, -1)
+    else:
+        reached = from_seed >= 0
     with record_function("hop.score"):  # 6. scores over the m slots, one topk
         if cos_all is not None:
             cos = torch.where(valid, torch.gather(cos_all, 1, subgraph.clamp(min=0)), 0.0)  # [Qc, m]

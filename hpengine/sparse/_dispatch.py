@@ -7,8 +7,8 @@ every kernel is tested equal to, and it is what runs when no compiler is at hand
 
 ``HPENGINE_KERNELS`` (read at each call, so a test or a user can switch it):
 
-* unset or ``auto``: the kernel where it applies and builds; a failed build is said once on stderr
-  and the PyTorch path runs;
+* unset or ``auto``: the kernel where it applies and builds; a build (first use) and a failed build
+  are each said in one line on stderr, and after a failed one the PyTorch path runs;
 * ``off``: always the PyTorch path;
 * ``on``: the kernel, and an unavailable kernel is an error (never a silent fallback).
 
@@ -17,6 +17,8 @@ dense product of PPR's iteration and of the hop's walk on the CPU (bench_ppr, H 
 thread). On CUDA the same product goes to the Triton kernel (``kernels/k_csr_addmm_triton.py``)
 only with ``on``: it sums in the CPU's order, and ``auto`` keeps torch.addmm's (cuSPARSE's) bits
 there. Everything else (autograd through the product, broadcast ``input``) stays on ``torch.addmm``.
+The local blocks of ``T_s`` and the hop's BFS on them (``kernels/k_local_blocks_cpu.cpp``) take the CPU
+kernel in the same cases (:func:`use_join_kernel`; bench_hop, H = 100k, one thread).
 """
 from __future__ import annotations
 
@@ -35,6 +37,11 @@ ENV = "HPENGINE_KERNELS"
 MODES = ("auto", "on", "off")
 #: the C++ kernel of the CSR x dense product (kernels/k_csr_addmm_cpu.cpp)
 CPU_SOURCE = "k_csr_addmm_cpu.cpp"
+#: every C++ source, built into one extension: the product, and the local blocks of T_s with the
+#: hop's BFS on them (kernels/k_local_blocks_cpu.cpp)
+CPU_SOURCES = (CPU_SOURCE, "k_local_blocks_cpu.cpp")
+#: the name of that extension (torch caches its build under TORCH_EXTENSIONS_DIR/<name>)
+CPU_EXTENSION = "hpengine_cpu_kernels"
 # -ffp-contract=off: no fused multiply-add, so the kernel sums exactly as torch.addmm does (the
 # retrieval records must not change with the kernel); -march=native: built on the machine that runs it
 CPU_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-march=native")
@@ -74,8 +81,9 @@ def build_cpu_kernels() -> None:
     from torch.utils import cpp_extension
 
     folder = kernel_sources()
-    if folder is None:
-        raise FileNotFoundError(f"kernels/{CPU_SOURCE} not found beside the package or as hpengine.kernels")
+    missing = [name for name in CPU_SOURCES if folder is None or not (folder / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"kernels/{missing[0]} not found beside the package or as hpengine.kernels")
     compiler = os.environ.get("CXX", "c++")  # what cpp_extension calls
     if shutil.which(compiler) is None:
         raise FileNotFoundError(f"no C++ compiler {compiler!r} on PATH")
@@ -84,18 +92,36 @@ def build_cpu_kernels() -> None:
     torch_log = logging.getLogger("torch.utils.cpp_extension")
     level = torch_log.level
     torch_log.setLevel(logging.ERROR)  # its compiler-version warnings: the outcome is said in one line
+    sources = [str(folder / name) for name in CPU_SOURCES]
+    if _needs_build(sources):  # the one line while the compiler runs; a cached build loads silently
+        print("hpengine: building CPU kernels (first use, cached after)...", file=sys.stderr, flush=True)
     try:
-        cpp_extension.load(name="hpengine_k_csr_addmm_cpu", sources=[str(folder / CPU_SOURCE)],
-                           extra_cflags=list(CPU_FLAGS), extra_ldflags=["-fopenmp"], is_python_module=False,
-                           verbose=False)
+        cpp_extension.load(name=CPU_EXTENSION, sources=sources, extra_cflags=list(CPU_FLAGS),
+                           extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     finally:
         torch_log.setLevel(level)
     _register_autograd()
 
 
+def _needs_build(sources: list[str]) -> bool:
+    """Whether torch's extension cache lacks a build of ``sources`` newer than each of them (the
+    cache also rebuilds on new flags or a new torch; then the build runs without this line)."""
+    from torch.utils import cpp_extension
+
+    built = Path(cpp_extension._get_build_directory(CPU_EXTENSION, verbose=False)) / f"{CPU_EXTENSION}.so"
+    try:
+        built_at = built.stat().st_mtime
+    except OSError:
+        return True
+    return any(Path(src).stat().st_mtime > built_at for src in sources)
+
+
+@functools.lru_cache(maxsize=None)
 def _register_autograd() -> None:
     """Gradients of ``torch.ops.hpengine.csr_addmm`` for ``x`` and ``input`` (the CSR values and
-    indices are constants): ``dx = alpha * A^T g`` (PyTorch's sparse product), ``dinput = beta * g``."""
+    indices are constants): ``dx = alpha * A^T g`` (PyTorch's sparse product), ``dinput = beta * g``.
+    Once per process: a second registration (a rebuild after ``cpu_kernels.cache_clear()``) would
+    override the first with a warning."""
 
     def setup_context(ctx, inputs, output):
         crow, col, val, x, _, beta, alpha = inputs
@@ -126,7 +152,8 @@ def cpu_kernels() -> str | None:
         if kernel_mode() == "auto":
             print(f"hpengine: CPU kernels unavailable ({reason[:200]}); using the PyTorch path", file=sys.stderr)
         return reason
-    _log.info("hpengine: CPU kernels built (kernels/%s); sparse products use them", CPU_SOURCE)
+    _log.info("hpengine: CPU kernels built (kernels/%s); sparse products and local blocks use them",
+              ", ".join(CPU_SOURCES))
     return None
 
 
@@ -218,6 +245,55 @@ def csr_addmm(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha
     return csr_addmm_torch(input, mat, x, beta=beta, alpha=alpha, out=out)
 
 
+def use_join_kernel(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the local blocks of ``T_s`` (and the hop's BFS on them) on ``device`` go to the CPU
+    kernel (``kernels/k_local_blocks_cpu.cpp``): CPU, float32/float64 (raises a UserError when
+    :data:`ENV` is ``on`` and the kernel cannot be built). The blocks are built from integer ids and
+    the operator's constant degrees, so no gradient flows through them on either path."""
+    if dtype not in (torch.float32, torch.float64):
+        return False
+    return use_cpu_kernel(device)
+
+
+def _require_cpu_kernels() -> None:
+    """Build (once) the CPU kernels for a direct call; a UserError when they are unavailable."""
+    reason = cpu_kernels()
+    if reason is not None:
+        raise UserError(f"the CPU kernels are unavailable: {reason[:200]} (set {ENV}=off for the PyTorch path)")
+
+
+def local_blocks_into(ids: Tensor, rows: Tensor, crow: Tensor, col: Tensor, inv_degree: Tensor, out: Tensor) -> Tensor:
+    """Fill ``out`` with the row-normalised local blocks of ``T_s`` (the CPU kernel; the PyTorch twin
+    is ``TransitionOperator._join_into``, equal bit for bit).
+
+    Args:
+        ids: int64 ``[Q, M]`` fact ids, ``-1`` padding. rows: int64 ``[Q, M]`` each slot's row of
+            ``crow``/``col`` (``ids`` for a plain ``B``, the expanded rows of a factored one).
+        crow, col: a CSR ``[*, C]`` (int32 or int64) of incidence columns. inv_degree: ``[C]`` ``1 / d_c``.
+        out: contiguous ``[Q, M, M]`` of ``inv_degree``'s dtype, overwritten.
+
+    Shapes:
+        ``[Q, M], [Q, M], [R + 1], [nnz], [C] -> [Q, M, M]``.
+    """
+    _require_cpu_kernels()
+    torch.ops.hpengine.local_blocks_out(ids.contiguous(), rows.contiguous(), crow, col, inv_degree, out)
+    return out
+
+
+def local_bfs(ids: Tensor, rows: Tensor, crow: Tensor, col: Tensor, inv_degree: Tensor, *, theta: float,
+              sources: Tensor, depths: list[int], reverse: list[bool]) -> Tensor:
+    """BFS distances on the thresholded local blocks (edges ``T*_ij > theta``) without forming them
+    (the CPU kernel): search ``b`` is ``batched_bfs(threshold(local_blocks(ids), theta, 0), sources[..., b],
+    depths[b], reverse=reverse[b])``, equal to it (tests/kernels/test_hop_kernels.py).
+
+    Shapes:
+        ids, rows ``[Q, M]``, sources bool ``[Q, M, B]`` -> int64 ``[Q, M, B]`` (``-1``: unreached).
+    """
+    _require_cpu_kernels()
+    return torch.ops.hpengine.local_bfs(ids.contiguous(), rows.contiguous(), crow, col, inv_degree, float(theta),
+                                        sources.contiguous(), [int(d) for d in depths], [int(bool(r)) for r in reverse])
+
+
 def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
                     out: Tensor | None = None) -> Tensor:
     """The PyTorch path of :func:`csr_addmm` (the kernel's twin)."""
@@ -228,6 +304,6 @@ def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0,
     return torch.addmm(input, mat, x, beta=beta, alpha=alpha, out=out)
 
 
-__all__ = ["CPU_SOURCE", "ENV", "MODES", "TRITON_SOURCE", "build_cpu_kernels", "cpu_kernels", "csr_addmm",
-           "csr_addmm_torch", "kernel_mode", "kernel_sources", "load_triton_kernels", "triton_kernels",
-           "use_cpu_kernel", "use_triton_kernel"]
+__all__ = ["CPU_EXTENSION", "CPU_SOURCE", "CPU_SOURCES", "ENV", "MODES", "TRITON_SOURCE", "build_cpu_kernels",
+           "cpu_kernels", "csr_addmm", "csr_addmm_torch", "kernel_mode", "kernel_sources", "load_triton_kernels",
+           "local_bfs", "local_blocks_into", "triton_kernels", "use_cpu_kernel", "use_join_kernel", "use_triton_kernel"]

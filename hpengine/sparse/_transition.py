@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hpengine.sparse._dispatch import local_bfs, local_blocks_into, use_join_kernel
 from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence
 from hpengine.sparse._incidence import csr_from_sorted_pairs, inverse_or_zero, node_degree, transpose_csr
 
@@ -201,16 +202,52 @@ class TransitionOperator:
             raise ValueError(f"max_pairs must be a positive int or None (got {max_pairs!r})")
         num_q, m = idx.shape
         dev = self.device
+        given = out is not None
         if out is None:
             out = torch.zeros(num_q, m, m, dtype=self.dtype, device=dev)
         else:
             if out.shape != (num_q, m, m) or out.dtype != self.dtype or out.device != dev or not out.is_contiguous():
                 raise ValueError(f"out must be a contiguous [{num_q}, {m}, {m}] {self.dtype} tensor on {dev} "
                                  f"(got {tuple(out.shape)} {out.dtype} on {out.device})")
-            out.zero_()
-        if num_q * m:
+        if num_q * m and self.uses_join_kernel():  # the CPU kernel (kernels/k_local_blocks_cpu.cpp)
+            local_blocks_into(idx, *self._join_operands(idx), self.inv_degree, out)
+        elif num_q * m:
+            if given:
+                out.zero_()
             self._join_into(idx, out, max_pairs)
         return out.transpose(1, 2) if self.transposed else out
+
+    def uses_join_kernel(self) -> bool:
+        """Whether :meth:`local_blocks` runs the CPU kernel here, and :meth:`local_bfs` can run
+        (``HPENGINE_KERNELS``, the device and dtype; :mod:`hpengine.sparse._dispatch`)."""
+        return use_join_kernel(self.device, self.dtype)
+
+    def local_bfs(self, idx: Tensor, sources: Tensor, depths: list[int], reverse: list[bool], *,
+                  theta: float = 0.0) -> Tensor:
+        """BFS distances on the local blocks thresholded at ``theta`` (edges ``T*_ij > theta``),
+        without forming the blocks: the CPU kernel (``kernels/k_local_blocks_cpu.cpp``; callers check
+        :meth:`uses_join_kernel`). Search ``b`` equals
+        ``batched_bfs(threshold(local_blocks(idx), theta, 0), sources[..., b], depths[b],
+        reverse=reverse[b])`` (tests/kernels/test_hop_kernels.py).
+
+        Shapes:
+            idx ``[Q, M]``, sources bool ``[Q, M, B]`` -> int64 ``[Q, M, B]`` (``-1``: unreached).
+        """
+        if self.transposed:  # the transposed blocks: every edge reversed
+            reverse = [not r for r in reverse]
+        return local_bfs(idx, *self._join_operands(idx), self.inv_degree, theta=theta, sources=sources,
+                         depths=depths, reverse=reverse)
+
+    def _join_operands(self, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(rows [Q, M], crow, col)``: each slot's incidence columns as a CSR row, for the kernels
+        (a plain ``B``: its own CSR, rows = ``idx``; a factored one: the slots' expanded rows)."""
+        if not self.factored:
+            return idx, self.b.outer.crow_indices(), self.b.outer.col_indices()
+        count, cols = expanded_rows(self.b, idx.reshape(-1))
+        crow = torch.zeros(count.numel() + 1, dtype=torch.int64, device=idx.device)
+        torch.cumsum(count, 0, out=crow[1:])
+        rows = torch.arange(idx.numel(), device=idx.device).view(idx.shape)
+        return rows, crow, cols
 
     def _join_into(self, idx: Tensor, out: Tensor, max_pairs: int | None) -> None:
         """Fill ``out [Q, M, M]`` (zeroed) with the row-normalised local blocks of ``idx``.
