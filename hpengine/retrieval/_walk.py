@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from hpengine.retrieval._topk import blocked_topk
-from hpengine.sparse import SparseChain, TransitionOperator, inverse_or_zero
+from hpengine.sparse import SparseChain, TransitionOperator, inverse_or_zero, walk_step
 
 # op -> (D^-1 B^T r^-1 as CSR [C, H], diag * r^-1 [H]); cached per operator (see _walk_parts)
 _WALK_PARTS: "weakref.WeakKeyDictionary[TransitionOperator, tuple[SparseChain, Tensor]]" = weakref.WeakKeyDictionary()
@@ -156,10 +156,9 @@ def walk_visits(op: TransitionOperator, restart_ids: Tensor, restart_mass: Tenso
     # sparse CSR operand, which zero-fills the output and takes a slower kernel (bench_hop).
     for _ in range(walk_steps):  # steps, never questions
         bt_scaled.addmm(y, x, beta=0.0, alpha=1.0 - restart, out=y, work=work)  # [C, Q] (1 - c) D^-1 B^T r^-1 x
-        torch.mul(x, minus_diag, out=x_next)  # the diagonal of W_s, removed
-        x_next.view(-1).index_add_(0, flat, scaled_restart)  # + c r0
-        op.b.addmm(x_next, y, out=x_next, work=work)  # + (1 - c) B D^-1 B^T r^-1 x
-        visits.add_(x_next)
+        # x_next = x * minus_diag (the diagonal of W_s, removed) + c r0 + (1 - c) B D^-1 B^T r^-1 x, added to
+        # the visits: one pass over the rows with the CPU kernel, four passes on the PyTorch path
+        walk_step(op.b, y, x, minus_diag, flat, scaled_restart, out=x_next, visits=visits, work=work)
         x, x_next = x_next, x
     return visits
 

@@ -37,9 +37,9 @@ ENV = "HPENGINE_KERNELS"
 MODES = ("auto", "on", "off")
 #: the C++ kernel of the CSR x dense product (kernels/k_csr_addmm_cpu.cpp)
 CPU_SOURCE = "k_csr_addmm_cpu.cpp"
-#: every C++ source, built into one extension: the product, and the local blocks of T_s with the
-#: hop's BFS on them (kernels/k_local_blocks_cpu.cpp)
-CPU_SOURCES = (CPU_SOURCE, "k_local_blocks_cpu.cpp")
+#: every C++ source, built into one extension: the product, the local blocks of T_s with the hop's
+#: BFS on them (kernels/k_local_blocks_cpu.cpp) and the hop's fused walk step (kernels/k_hop_walk_cpu.cpp)
+CPU_SOURCES = (CPU_SOURCE, "k_local_blocks_cpu.cpp", "k_hop_walk_cpu.cpp")
 #: the name of that extension (torch caches its build under TORCH_EXTENSIONS_DIR/<name>)
 CPU_EXTENSION = "hpengine_cpu_kernels"
 # -ffp-contract=off: no fused multiply-add, so the kernel sums exactly as torch.addmm does (the
@@ -294,6 +294,64 @@ def local_bfs(ids: Tensor, rows: Tensor, crow: Tensor, col: Tensor, inv_degree: 
                                         sources.contiguous(), [int(d) for d in depths], [int(bool(r)) for r in reverse])
 
 
+def walk_step(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, values: Tensor, *, out: Tensor,
+              visits: Tensor, work: Tensor | None = None) -> Tensor:
+    """The hop's walk step after its first product: ``out = x * scale``, then ``values`` added at the
+    flat positions ``flat`` of ``out`` (``index_add_``), then ``out += mat @ y``, then
+    ``visits += out``; returns ``out``.
+
+    The CPU kernel (``kernels/k_hop_walk_cpu.cpp``) does it in one pass over the rows, in the twin's
+    order (:func:`walk_step_torch`, the same bits, tests/kernels/test_hop_kernels.py); a factored
+    ``mat``, other devices and ``HPENGINE_KERNELS=off`` run the twin.
+
+    Args:
+        mat: CSR ``[m, n]`` (or a :class:`~hpengine.sparse.SparseChain`, which takes the twin unless
+            it is one CSR matrix). y: ``[n, w]``. x: ``[m, w]``. scale: ``[m, 1]``.
+        flat: int64 ``[r]`` positions in ``out.view(-1)``; values: ``[r]``.
+        out, visits: contiguous ``[m, w]``, distinct from ``x`` and ``y``.
+        work: the scratch a factored chain's product takes (:meth:`SparseChain.addmm`).
+
+    Shapes:
+        ``[m, n], [n, w], [m, w], [m, 1], [r], [r] -> [m, w]``.
+    """
+    csr = mat if isinstance(mat, Tensor) else None if mat.factored else mat.outer  # a SparseChain: its one CSR
+    if csr is not None and csr.layout == torch.sparse_csr and _walk_kernel_applies(csr, y, x, out, visits):
+        num_rows, width = x.shape
+        row = torch.div(flat, width, rounding_mode="floor")
+        row, order = torch.sort(row, stable=True)  # each element's terms in index_add_'s order
+        rptr = torch.zeros(num_rows + 1, dtype=torch.int64, device=x.device)
+        rptr[1:] = torch.bincount(row, minlength=num_rows).cumsum(0)
+        torch.ops.hpengine.walk_step_out(csr.crow_indices(), csr.col_indices(), csr.values(), y.contiguous(), x,
+                                         scale.reshape(-1).contiguous(), rptr, flat.index_select(0, order) % width,
+                                         values.index_select(0, order).contiguous(), out, visits)
+        return out
+    return walk_step_torch(mat, y, x, scale, flat, values, out=out, visits=visits, work=work)
+
+
+def _walk_kernel_applies(csr: Tensor, y: Tensor, x: Tensor, out: Tensor, visits: Tensor) -> bool:
+    dtype = x.dtype
+    if dtype not in (torch.float32, torch.float64) or any(t.dtype != dtype for t in (csr, y, out, visits)):
+        return False
+    if not (x.is_contiguous() and out.is_contiguous() and visits.is_contiguous()):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (csr, y, x, out, visits)):
+        return False
+    return use_cpu_kernel(x.device)
+
+
+def walk_step_torch(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, values: Tensor, *, out: Tensor,
+                    visits: Tensor, work: Tensor | None = None) -> Tensor:
+    """The PyTorch path of :func:`walk_step` (the kernel's twin)."""
+    torch.mul(x, scale, out=out)
+    out.view(-1).index_add_(0, flat, values)
+    if isinstance(mat, Tensor):
+        csr_addmm(out, mat, y, out=out)
+    else:  # a SparseChain (factored or not): its own products
+        mat.addmm(out, y, out=out, work=work)
+    visits.add_(out)
+    return out
+
+
 def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0, alpha: float = 1.0,
                     out: Tensor | None = None) -> Tensor:
     """The PyTorch path of :func:`csr_addmm` (the kernel's twin)."""
@@ -306,4 +364,5 @@ def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0,
 
 __all__ = ["CPU_EXTENSION", "CPU_SOURCE", "CPU_SOURCES", "ENV", "MODES", "TRITON_SOURCE", "build_cpu_kernels",
            "cpu_kernels", "csr_addmm", "csr_addmm_torch", "kernel_mode", "kernel_sources", "load_triton_kernels",
-           "local_bfs", "local_blocks_into", "triton_kernels", "use_cpu_kernel", "use_join_kernel", "use_triton_kernel"]
+           "local_bfs", "local_blocks_into", "triton_kernels", "use_cpu_kernel", "use_join_kernel", "use_triton_kernel",
+           "walk_step", "walk_step_torch"]

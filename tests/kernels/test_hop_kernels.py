@@ -143,3 +143,45 @@ def test_build_says_one_line_only_when_it_compiles(monkeypatch, capsys):
     monkeypatch.setattr(_dispatch, "_needs_build", lambda sources: False)
     _dispatch.build_cpu_kernels()
     assert capsys.readouterr().err == "" and loads == [_dispatch.CPU_EXTENSION] * 2
+
+
+def random_csr(rows: int, cols: int, density: float, dtype, index_dtype, seed: int) -> torch.Tensor:
+    from hpengine.sparse._incidence import csr_with_values
+
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
+    dense = (dense * (torch.rand(rows, cols, generator=g) < density)).to(dtype)
+    dense[rows // 2] = 0.0  # an empty row
+    crow = torch.zeros(rows + 1, dtype=torch.int64)
+    crow[1:] = (dense != 0).sum(1).cumsum(0)
+    nz = dense.nonzero()
+    return csr_with_values(crow.to(index_dtype), nz[:, 1].to(index_dtype), dense[nz[:, 0], nz[:, 1]], (rows, cols))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width", [1, 5, 16, 17, 33, 71])
+def test_walk_step_kernel_equals_its_twin(kernels, monkeypatch, dtype, index_dtype, width):
+    g = torch.Generator().manual_seed(width)
+    mat = random_csr(41, 29, 0.2, dtype, index_dtype, width)
+    y = torch.randn(29, width, generator=g, dtype=torch.float64).to(dtype)
+    x = torch.randn(41, width, generator=g, dtype=torch.float64).to(dtype)
+    scale = -torch.rand(41, 1, generator=g, dtype=torch.float64).to(dtype)
+    flat = torch.randint(0, 41 * width, (60,), generator=g)
+    flat[10:14] = flat[3]  # one element receives several terms, in this order
+    flat[20:23] = 0  # padding adds 0 to element 0
+    values = torch.rand(60, generator=g, dtype=torch.float64).to(dtype)
+    values[20:23] = 0.0
+    base = torch.randn(41, width, generator=g, dtype=torch.float64).to(dtype)
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv(ENV, mode)
+        result, visits = torch.full_like(x, float("nan")), base.clone()
+        got = _dispatch.walk_step(mat, y, x, scale, flat, values, out=result, visits=visits)
+        assert got is result
+        out[mode] = (result, visits)
+    want = torch.mul(x, scale)
+    want.view(-1).index_add_(0, flat, values)
+    want = torch.addmm(want, mat, y)
+    assert torch.equal(out["off"][0], want) and torch.equal(out["off"][1], base + want)
+    assert torch.equal(out["on"][0], out["off"][0]) and torch.equal(out["on"][1], out["off"][1])
