@@ -53,6 +53,48 @@ def test_features_batched_equal_one_by_one(builtin_index):
         torch.testing.assert_close(f1[0, :n], feats[i, :n])
 
 
+def _links(index, lookups, anchor: int) -> set:
+    """Reference: the home passages of the entities that the facts of passage ``anchor`` name."""
+    fact_crow, fact_col = lookups.extracted_incidence()
+    out = set()
+    for f in lookups.passage_facts[lookups.passage_crow[anchor]:lookups.passage_crow[anchor + 1]].tolist():
+        for e in fact_col[fact_crow[f]:fact_crow[f + 1]].tolist():
+            out.update(lookups.home_col[lookups.home_crow[e]:lookups.home_crow[e + 1]].tolist())
+    return out - {anchor}
+
+
+def test_structure_features_equal_a_per_candidate_reference(builtin_index):
+    """fact_cosine, cosine_to_first, links_to_first, linked_from_next: loops over one candidate
+    at a time against the batched tensors."""
+    index, encoder, questions = builtin_index
+    engine = Engine(index, encoder, retriever="learned")
+    texts = [q.question for q in questions]
+    emb = engine.steps.encode(texts)
+    retriever, lk = engine.retriever, engine.steps.lookups
+    cand, feats, valid = retriever.candidate_features(texts, emb)
+    col = {name: FEATURES.index(name) for name in FEATURES}
+    fact_passage = index.fact_passage.tolist()
+    first = feats[..., col["rr_fusion"]] == 1.0  # the fused first passage has rank 0
+    checked = 0
+    for i in range(len(texts)):
+        top = cand[i][first[i]].tolist()
+        assert len(top) == 1
+        ordered = sorted(((float(r), int(c)) for r, c, v in zip(feats[i, :, col["rr_fusion"]], cand[i], valid[i])
+                          if v and r > 0), reverse=True)
+        nxt = [c for _, c in ordered[1:3]]
+        for j in range(int(valid[i].sum())):
+            p = int(cand[i, j])
+            sims = [float(index.fact_emb[f] @ emb[i]) for f, owner in enumerate(fact_passage) if owner == p]
+            assert feats[i, j, col["fact_cosine"]].item() == pytest.approx(max(sims) if sims else 0.0, abs=1e-5)
+            cos_first = float(index.passage_emb[p] @ index.passage_emb[top[0]])
+            assert feats[i, j, col["cosine_to_first"]].item() == pytest.approx(cos_first, abs=1e-5)
+            assert bool(feats[i, j, col["links_to_first"]]) == (top[0] in _links(index, lk, p))
+            assert bool(feats[i, j, col["linked_from_next"]]) == (
+                p not in nxt and any(p in _links(index, lk, a) for a in nxt))  # an anchor is not its own link
+            checked += 1
+    assert checked > len(texts)
+
+
 def test_training_lowers_the_loss_and_the_ranking_equals_a_per_question_sort(examples):
     engine, questions, ex = examples
     assert bool(ex.gold.any(1).all()), "every built-in question has a gold candidate"

@@ -7,8 +7,11 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
 - for each list (dense, HyperProve, PPR: ``candidate_width`` deep; the fusion's rule and its final
   ranking: ``passage_width``): ``1 / (1 + rank)`` in it (0 when absent) and whether it is there;
 - its cosine to the question, and that cosine less the best candidate's;
-- whether the question names its title (the fusion's named anchors) and whether the fused first
-  passage links to it (the home of an entity a fact of it names).
+- whether the question names its title (the fusion's named anchors), whether the fused first
+  passage links to it (the home of an entity a fact of it names), whether the fused second or third
+  does, and whether it links back to the fused first passage;
+- the best cosine of one of its facts to the question, and that less the best candidate's;
+- its cosine to the fused first passage (the bridge of a two-hop question resembles its first hop).
 """
 from __future__ import annotations
 
@@ -25,12 +28,14 @@ from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import register_retriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
 from hpengine.retrieval import linked_passages
+from hpengine.sparse import gather_csr_rows
 
 #: the lists a candidate's ranks are read from, in feature order
 LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
-            "linked_from_first", "rrf_union")
+            "linked_from_first", "rrf_union", "linked_from_next", "links_to_first", "fact_cosine",
+            "fact_cosine_gap", "cosine_to_first")
 
 
 def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
@@ -152,9 +157,17 @@ class LearnedRetriever(FusionRetriever):
         best = cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
         gap = torch.where(valid, cos - best, torch.zeros_like(cos))
         named = self._named(candidates, questions).float() if candidates.shape[1] else cos * 0
-        linked = self._linked_from_first(lists[:, -1, :1], candidates).float()
+        first = lists[:, -1, :1]  # [Q, 1] the fused first passage
+        linked = self._linked_from(first, candidates).float()
         rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
-        features = torch.cat([rr, present, torch.stack([cos, gap, named, linked, rrf], dim=-1)], dim=-1)
+        linked_next = self._linked_from(lists[:, -1, 1:3], candidates).float()
+        back = self._links_to(candidates, first).float()
+        fact_cos = self._fact_cosines(question_emb, candidates, valid)
+        fact_best = fact_cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
+        fact_gap = torch.where(valid, fact_cos - fact_best, torch.zeros_like(fact_cos))
+        to_first = self._cosine_to(candidates, first, valid)
+        extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
+        features = torch.cat([rr, present, torch.stack(extra, dim=-1)], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
     def _cosines(self, question_emb: Tensor, candidates: Tensor, valid: Tensor) -> Tensor:
@@ -167,8 +180,39 @@ class LearnedRetriever(FusionRetriever):
         cos = torch.einsum("qd,qcd->qc", question_emb.float(), rows)
         return torch.where(valid, cos, torch.zeros_like(cos))
 
-    def _linked_from_first(self, first: Tensor, candidates: Tensor) -> Tensor:
+    def _linked_from(self, anchors: Tensor, candidates: Tensor) -> Tensor:
+        """bool ``[Q, C]``: whether one of the question's ``anchors`` ``[Q, A]`` links to each candidate."""
         lk, idx = self.steps.lookups, self.steps.index
         fact_crow, fact_col = lk.extracted_incidence()
-        return linked_passages(first, candidates, lk.passage_crow, lk.passage_facts, fact_crow, fact_col,
+        return linked_passages(anchors, candidates, lk.passage_crow, lk.passage_facts, fact_crow, fact_col,
                                lk.home_crow, lk.home_col, idx.num_passages)
+
+    def _links_to(self, candidates: Tensor, first: Tensor) -> Tensor:
+        """bool ``[Q, C]``: whether each candidate links to its question's ``first`` ``[Q, 1]``
+        passage (each candidate an anchor of its own)."""
+        q, c = candidates.shape
+        target = first.expand(q, c).reshape(-1, 1)
+        return self._linked_from(candidates.reshape(-1, 1), target).view(q, c) & (candidates >= 0)
+
+    def _fact_cosines(self, question_emb: Tensor, candidates: Tensor, valid: Tensor) -> Tensor:
+        """float32 ``[Q, C]``: the best cosine of a candidate's facts to its question (0 for a
+        passage without facts, and for padding)."""
+        lk, idx = self.steps.lookups, self.steps.index
+        q, c = candidates.shape
+        at, facts = gather_csr_rows(lk.passage_crow, lk.passage_facts, candidates.clamp_min(0).reshape(-1))
+        owner = torch.div(at, c, rounding_mode="floor")  # the question of each gathered fact
+        sims = (idx.fact_emb.index_select(0, facts).float() * question_emb.float().index_select(0, owner)).sum(-1)
+        best = torch.full((q * c,), float("-inf"), device=candidates.device)
+        best = best.scatter_reduce(0, at, sims, reduce="amax", include_self=True).view(q, c)
+        return torch.where(valid & torch.isfinite(best), best, torch.zeros_like(best))
+
+    def _cosine_to(self, candidates: Tensor, first: Tensor, valid: Tensor) -> Tensor:
+        """float32 ``[Q, C]``: each candidate passage's cosine to its question's ``first`` ``[Q, 1]``
+        passage (0 without passage embeddings, and for padding)."""
+        emb = self.steps.index.passage_emb
+        if emb is None:
+            return torch.zeros(candidates.shape, device=candidates.device)
+        rows = emb.index_select(0, candidates.clamp_min(0).reshape(-1)).view(*candidates.shape, -1).float()
+        anchor = emb.index_select(0, first.clamp_min(0).reshape(-1)).float()  # [Q, D]
+        cos = torch.einsum("qd,qcd->qc", anchor, rows)
+        return torch.where(valid & (first >= 0), cos, torch.zeros_like(cos))
