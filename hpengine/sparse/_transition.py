@@ -176,7 +176,9 @@ class TransitionOperator:
         ``g >= 2`` entries adds ``1 / d_c`` (divided by its row's sum, known from the run sizes)
         to one block entry. The join is data-dependent, so the function syncs with the host twice
         per call (entry and pair counts; twice more when the pairs are sliced) and materialises
-        the pairs in slices of at most ``max_pairs``.
+        the pairs in slices of at most ``max_pairs``. On the CPU the compiled kernel
+        (``kernels/k_local_blocks_cpu.cpp``, chosen by :mod:`hpengine.sparse._dispatch`) forms the same
+        sums in the same order per question, with no pairs materialised and no host sync.
 
         Args:
             idx: int64 ``[Q, M]`` fact ids, ``-1`` for padding.
