@@ -140,6 +140,48 @@ struct Join {
     }
   }
 
+  // The edges of row i (T*[i, j] > theta, theta >= 0) appended to adj. Exact without the sums
+  // where it can be: every term t_c = inv_degree[c] * inv_row[i] of the row is >= 0, so an entry
+  // is at least each of its terms (a term t_c > theta makes every partner in column c an edge) and
+  // at most the sum, in the same order, of all the row's terms it could hold (rounding is monotone).
+  // When the terms <= theta sum to <= theta, an entry without a larger term is no edge, and the
+  // large terms' columns give the edges; otherwise the row's entries are summed in full. Hub
+  // columns (many partners, tiny terms) are then never enumerated.
+  void edges(int64_t i, const scalar_t* inv_degree, scalar_t theta, scalar_t* acc, std::vector<int32_t>& touched,
+             std::vector<int32_t>& seen, std::vector<int32_t>& adj) const {
+    const int64_t fi = fact[i];
+    if (fi < 0) return;
+    const scalar_t ir = inv_row[i];
+    scalar_t small = scalar_t(0);
+    for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
+      const int32_t k = slot_entry[p];
+      if (group_end[k] - group_start[k] < 2) continue;
+      const scalar_t t = inv_degree[keys[k] >> 32] * ir;
+      if (!(t > theta)) small += t;
+    }
+    const int32_t stamp = static_cast<int32_t>(i);
+    if (small <= theta) {
+      for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
+        const int32_t k = slot_entry[p];
+        const int32_t lo = group_start[k], hi = group_end[k];
+        if (hi - lo < 2 || !(inv_degree[keys[k] >> 32] * ir > theta)) continue;
+        for (int32_t e = lo; e < hi; ++e) {
+          const int32_t j = static_cast<int32_t>(keys[e] & 0xffffffffu);
+          if (fact[j] == fi || seen[j] == stamp) continue;
+          seen[j] = stamp;
+          adj.push_back(j);
+        }
+      }
+      return;
+    }
+    touched.clear();
+    row(i, inv_degree, acc, touched, seen, stamp);
+    for (int32_t j : touched) {
+      if (acc[j] > theta) adj.push_back(j);
+      acc[j] = scalar_t(0);
+    }
+  }
+
   std::vector<int32_t> group_scratch;
 };
 
@@ -251,8 +293,8 @@ void bfs_rounds(const std::vector<int32_t>& ptr, const std::vector<int32_t>& adj
 }
 
 // The searches of questions [0, q_count): each question's join kept as adjacency lists of its
-// edges (T*_ij > theta: threshold_ keeps x > theta, the BFS then x > 0; theta in the block's
-// dtype, as threshold_ compares), then its nb searches.
+// edges, then its nb searches. An edge is T*_ij > theta (threshold_ keeps x > theta, the BFS then
+// x > 0: the caller passes max(theta, 0), in the block's dtype as threshold_ compares).
 template <typename scalar_t, typename index_t>
 void bfs_questions(const int64_t* ids, const int64_t* rows, const index_t* crow, const index_t* col,
                    const scalar_t* inv_degree, scalar_t theta, const bool* sources, const std::vector<int64_t>& depth,
@@ -269,13 +311,7 @@ void bfs_questions(const int64_t* ids, const int64_t* rows, const index_t* crow,
       adj.clear();
       ptr[0] = 0;
       for (int64_t i = 0; i < m; ++i) {
-        touched.clear();
-        join.row(i, inv_degree, acc.data(), touched, seen, static_cast<int32_t>(i));
-        for (int32_t j : touched) {
-          const scalar_t v = acc[j];
-          if (v > theta && v > scalar_t(0)) adj.push_back(j);
-          acc[j] = scalar_t(0);
-        }
+        join.edges(i, inv_degree, theta, acc.data(), touched, seen, adj);
         ptr[i + 1] = static_cast<int32_t>(adj.size());
       }
       int64_t* dq = dist + q * m * nb;
@@ -308,7 +344,8 @@ at::Tensor local_bfs(const at::Tensor& ids, const at::Tensor& rows, const at::Te
     AT_DISPATCH_INDEX_TYPES(crow.scalar_type(), "hpengine_local_bfs_index", [&] {
       bfs_questions<scalar_t, index_t>(ids.data_ptr<int64_t>(), rows.data_ptr<int64_t>(), crow.data_ptr<index_t>(),
                                        col.data_ptr<index_t>(), inv_degree.data_ptr<scalar_t>(),
-                                       static_cast<scalar_t>(theta), src.data_ptr<bool>(), depth, rev,
+                                       std::max(static_cast<scalar_t>(theta), scalar_t(0)), src.data_ptr<bool>(),
+                                       depth, rev,
                                        dist.data_ptr<int64_t>(), q_count, m, nb);
     });
   });
