@@ -24,9 +24,10 @@
 //
 // Why a kernel: the PyTorch join materialises every (slot, slot, column) pair with a dozen index
 // passes and fills a dense [Q, M, M] block that the BFS then reads with a batched matrix product
-// per round. Here each question is one loop: its entries sorted by column, each slot's row
-// accumulated in a scratch row, and (local_bfs) the edges kept as adjacency lists, so the BFS walks
-// edges instead of M x M blocks and no block is written at all. Questions are split over OpenMP
+// per round. Here each question is one loop: its entries bucketed by column (each slot's columns
+// ascending, as its CSR row holds them), each slot's row accumulated in a scratch row, and
+// (local_bfs) the edges kept as adjacency lists, so the BFS walks edges instead of M x M blocks and
+// no block is written at all. Questions are split over OpenMP
 // threads; each question's result does not depend on the thread that computed it.
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
@@ -41,26 +42,35 @@
 
 namespace {
 
-// One question's join: its entries sorted by column, the groups they form and each slot's
-// normalised weight per entry. The buffers are reused across the questions of one thread.
+// One question's join: each slot's incidence columns (ascending), the slots of each column (its
+// group) and each slot's inverse row sum. The buffers are reused across the questions of one
+// thread; the per-column arrays span all C columns and are reset through a stamp per question.
 template <typename scalar_t>
 struct Join {
   int64_t m = 0;
-  std::vector<uint64_t> keys;       // (column << 32 | slot), sorted: entries grouped by column
-  std::vector<int32_t> group_end;   // per sorted entry: one past the last entry of its column's group
-  std::vector<int32_t> group_start; // per sorted entry: first entry of its column's group
-  std::vector<int32_t> slot_ptr;    // [m + 1] each slot's entries (positions in keys), ascending column
-  std::vector<int32_t> slot_entry;
+  std::vector<int32_t> slot_ptr;    // [m + 1] each slot's entries in cols
+  std::vector<int64_t> cols;        // the entries' columns, ascending within a slot
+  std::vector<int32_t> ent_start;   // per entry: where its column's group starts in members
+  std::vector<int32_t> ent_size;    // per entry: the size g_c of its column's group
+  std::vector<int32_t> members;     // the slots of each group, group after group
   std::vector<int64_t> fact;        // [m] fact id of each slot (-1 padding)
   std::vector<int32_t> mult;        // [m] slots of the question holding the same fact
   std::vector<scalar_t> inv_row;    // [m]
   std::vector<std::pair<int64_t, int32_t>> by_fact;
+  std::vector<int64_t> col_stamp;   // [C] the question that last touched each column
+  std::vector<int32_t> col_count, col_start, col_fill;  // [C]
+  std::vector<int64_t> touched_cols;
+  int64_t stamp = 0;
 
-  // Fill the join of question q; inv_degree[c] is 1 / d_c (0 for an empty column).
+  explicit Join(int64_t num_columns)
+      : col_stamp(num_columns, -1), col_count(num_columns), col_start(num_columns), col_fill(num_columns) {}
+
+  // Fill the join of one question; inv_degree[c] is 1 / d_c (0 for an empty column).
   template <typename index_t>
   void build(const int64_t* ids, const int64_t* rows, const index_t* crow, const index_t* col,
              const scalar_t* inv_degree, int64_t m_) {
     m = m_;
+    ++stamp;
     fact.assign(ids, ids + m);
     // multiplicity of each slot's fact (pairs of equal facts are diagonal entries of T_s: zero)
     by_fact.clear();
@@ -74,43 +84,52 @@ struct Join {
       for (size_t k = a; k < b; ++k) mult[by_fact[k].second] = static_cast<int32_t>(b - a);
       a = b;
     }
-    keys.clear();
-    for (int64_t i = 0; i < m; ++i) {
-      if (fact[i] < 0) continue;
-      const int64_t r = rows[i];
-      for (int64_t k = crow[r], e = crow[r + 1]; k < e; ++k)
-        keys.push_back(static_cast<uint64_t>(col[k]) << 32 | static_cast<uint64_t>(i));
-    }
-    std::sort(keys.begin(), keys.end());
-    const int64_t n = static_cast<int64_t>(keys.size());
-    group_start.resize(n);
-    group_end.resize(n);
-    for (int64_t a = 0; a < n;) {
-      int64_t b = a;
-      while (b < n && (keys[b] >> 32) == (keys[a] >> 32)) ++b;
-      for (int64_t k = a; k < b; ++k) {
-        group_start[k] = static_cast<int32_t>(a);
-        group_end[k] = static_cast<int32_t>(b);
-      }
-      a = b;
-    }
-    // each slot's entries in ascending column order (a counting sort of the sorted entries by slot)
+    // each slot's columns, ascending (CSR rows usually are; a row that is not is sorted), counted
+    cols.clear();
+    touched_cols.clear();
     slot_ptr.assign(m + 1, 0);
-    for (int64_t k = 0; k < n; ++k) ++slot_ptr[(keys[k] & 0xffffffffu) + 1];
-    for (int64_t i = 0; i < m; ++i) slot_ptr[i + 1] += slot_ptr[i];
-    slot_entry.resize(n);
-    std::vector<int32_t>& fill = group_scratch;
-    fill.assign(slot_ptr.begin(), slot_ptr.end() - 1);
-    for (int64_t k = 0; k < n; ++k) slot_entry[fill[keys[k] & 0xffffffffu]++] = static_cast<int32_t>(k);
+    for (int64_t i = 0; i < m; ++i) {
+      const size_t lo = cols.size();
+      if (fact[i] >= 0) {
+        const int64_t r = rows[i];
+        for (int64_t k = crow[r], e = crow[r + 1]; k < e; ++k) cols.push_back(static_cast<int64_t>(col[k]));
+        if (!std::is_sorted(cols.begin() + lo, cols.end())) std::sort(cols.begin() + lo, cols.end());
+        for (size_t p = lo; p < cols.size(); ++p) {
+          const int64_t c = cols[p];
+          if (col_stamp[c] != stamp) {
+            col_stamp[c] = stamp;
+            col_count[c] = 0;
+            touched_cols.push_back(c);
+          }
+          ++col_count[c];
+        }
+      }
+      slot_ptr[i + 1] = static_cast<int32_t>(cols.size());
+    }
+    // the groups, one after the other, and each entry's group
+    int32_t offset = 0;
+    for (int64_t c : touched_cols) {
+      col_start[c] = col_fill[c] = offset;
+      offset += col_count[c];
+    }
+    const int64_t n = static_cast<int64_t>(cols.size());
+    members.resize(n);
+    ent_start.resize(n);
+    ent_size.resize(n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
+        const int64_t c = cols[p];
+        members[col_fill[c]++] = static_cast<int32_t>(i);
+        ent_start[p] = col_start[c];
+        ent_size[p] = col_count[c];
+      }
+    }
     // row sums from the group sizes alone (every partner except the equal facts), in column order
     inv_row.assign(m, scalar_t(0));
     for (int64_t i = 0; i < m; ++i) {
       scalar_t sum = scalar_t(0);
-      for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
-        const int32_t k = slot_entry[p];
-        const scalar_t w = inv_degree[keys[k] >> 32];
-        sum += w * static_cast<scalar_t>(group_end[k] - group_start[k] - mult[i]);
-      }
+      for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p)
+        sum += inv_degree[cols[p]] * static_cast<scalar_t>(ent_size[p] - mult[i]);
       const scalar_t inv = scalar_t(1) / sum;  // inverse_or_zero: 1 / 0 (or a denormal) gives 0
       inv_row[i] = std::isinf(inv) ? scalar_t(0) : inv;
     }
@@ -124,12 +143,11 @@ struct Join {
     if (fi < 0) return;
     const scalar_t ir = inv_row[i];
     for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
-      const int32_t k = slot_entry[p];
-      const int32_t lo = group_start[k], hi = group_end[k];
+      const int32_t lo = ent_start[p], hi = lo + ent_size[p];
       if (hi - lo < 2) continue;
-      const scalar_t w = inv_degree[keys[k] >> 32] * ir;
+      const scalar_t w = inv_degree[cols[p]] * ir;
       for (int32_t e = lo; e < hi; ++e) {
-        const int32_t j = static_cast<int32_t>(keys[e] & 0xffffffffu);
+        const int32_t j = members[e];
         if (fact[j] == fi) continue;  // the slot itself and equal facts: zero in T_s
         if (seen[j] != stamp) {
           seen[j] = stamp;
@@ -154,19 +172,17 @@ struct Join {
     const scalar_t ir = inv_row[i];
     scalar_t small = scalar_t(0);
     for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
-      const int32_t k = slot_entry[p];
-      if (group_end[k] - group_start[k] < 2) continue;
-      const scalar_t t = inv_degree[keys[k] >> 32] * ir;
+      if (ent_size[p] < 2) continue;
+      const scalar_t t = inv_degree[cols[p]] * ir;
       if (!(t > theta)) small += t;
     }
     const int32_t stamp = static_cast<int32_t>(i);
     if (small <= theta) {
       for (int32_t p = slot_ptr[i]; p < slot_ptr[i + 1]; ++p) {
-        const int32_t k = slot_entry[p];
-        const int32_t lo = group_start[k], hi = group_end[k];
-        if (hi - lo < 2 || !(inv_degree[keys[k] >> 32] * ir > theta)) continue;
+        const int32_t lo = ent_start[p], hi = lo + ent_size[p];
+        if (hi - lo < 2 || !(inv_degree[cols[p]] * ir > theta)) continue;
         for (int32_t e = lo; e < hi; ++e) {
-          const int32_t j = static_cast<int32_t>(keys[e] & 0xffffffffu);
+          const int32_t j = members[e];
           if (fact[j] == fi || seen[j] == stamp) continue;
           seen[j] = stamp;
           adj.push_back(j);
@@ -181,8 +197,6 @@ struct Join {
       acc[j] = scalar_t(0);
     }
   }
-
-  std::vector<int32_t> group_scratch;
 };
 
 void check_join(const at::Tensor& ids, const at::Tensor& rows, const at::Tensor& crow, const at::Tensor& col,
@@ -209,10 +223,10 @@ void check_join(const at::Tensor& ids, const at::Tensor& rows, const at::Tensor&
 // macros: a pragma cannot sit in a macro argument).
 template <typename scalar_t, typename index_t>
 void blocks_questions(const int64_t* ids, const int64_t* rows, const index_t* crow, const index_t* col,
-                      const scalar_t* inv_degree, scalar_t* out, int64_t q_count, int64_t m) {
+                      const scalar_t* inv_degree, int64_t num_columns, scalar_t* out, int64_t q_count, int64_t m) {
 #pragma omp parallel
   {
-    Join<scalar_t> join;
+    Join<scalar_t> join(num_columns);
     std::vector<int32_t> touched, seen(m, -1);
 #pragma omp for schedule(dynamic, 4)
     for (int64_t q = 0; q < q_count; ++q) {
@@ -242,7 +256,7 @@ void local_blocks_out(const at::Tensor& ids, const at::Tensor& rows, const at::T
     AT_DISPATCH_INDEX_TYPES(crow.scalar_type(), "hpengine_local_blocks_index", [&] {
       blocks_questions<scalar_t, index_t>(ids.data_ptr<int64_t>(), rows.data_ptr<int64_t>(), crow.data_ptr<index_t>(),
                                           col.data_ptr<index_t>(), inv_degree.data_ptr<scalar_t>(),
-                                          out.data_ptr<scalar_t>(), q_count, m);
+                                          inv_degree.numel(), out.data_ptr<scalar_t>(), q_count, m);
     });
   });
 }
@@ -297,11 +311,12 @@ void bfs_rounds(const std::vector<int32_t>& ptr, const std::vector<int32_t>& adj
 // x > 0: the caller passes max(theta, 0), in the block's dtype as threshold_ compares).
 template <typename scalar_t, typename index_t>
 void bfs_questions(const int64_t* ids, const int64_t* rows, const index_t* crow, const index_t* col,
-                   const scalar_t* inv_degree, scalar_t theta, const bool* sources, const std::vector<int64_t>& depth,
-                   const std::vector<int64_t>& reverse, int64_t* dist, int64_t q_count, int64_t m, int64_t nb) {
+                   const scalar_t* inv_degree, int64_t num_columns, scalar_t theta, const bool* sources,
+                   const std::vector<int64_t>& depth, const std::vector<int64_t>& reverse, int64_t* dist,
+                   int64_t q_count, int64_t m, int64_t nb) {
 #pragma omp parallel
   {
-    Join<scalar_t> join;
+    Join<scalar_t> join(num_columns);
     std::vector<scalar_t> acc(m, scalar_t(0));
     std::vector<int32_t> touched, seen(m, -1), ptr(m + 1), adj, level;
 #pragma omp for schedule(dynamic, 4)
@@ -343,7 +358,7 @@ at::Tensor local_bfs(const at::Tensor& ids, const at::Tensor& rows, const at::Te
   AT_DISPATCH_FLOATING_TYPES(inv_degree.scalar_type(), "hpengine_local_bfs", [&] {
     AT_DISPATCH_INDEX_TYPES(crow.scalar_type(), "hpengine_local_bfs_index", [&] {
       bfs_questions<scalar_t, index_t>(ids.data_ptr<int64_t>(), rows.data_ptr<int64_t>(), crow.data_ptr<index_t>(),
-                                       col.data_ptr<index_t>(), inv_degree.data_ptr<scalar_t>(),
+                                       col.data_ptr<index_t>(), inv_degree.data_ptr<scalar_t>(), inv_degree.numel(),
                                        std::max(static_cast<scalar_t>(theta), scalar_t(0)), src.data_ptr<bool>(),
                                        depth, rev,
                                        dist.data_ptr<int64_t>(), q_count, m, nb);

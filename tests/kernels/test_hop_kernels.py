@@ -90,7 +90,8 @@ def test_local_bfs_equals_batched_bfs_on_the_blocks(kernels, kind, theta, seed):
         block = torch.nn.functional.threshold(join_twin(op, idx), theta, 0.0)
         block = block.transpose(1, 2) if transposed else block
         for depths, reverse in SEARCHES:
-            want = torch.stack([batched_bfs(block, sources[..., b], depths[b], reverse=reverse[b]) for b in range(2)], 2)
+            want = torch.stack([batched_bfs(block, sources[..., b], depths[b], reverse=reverse[b])
+                                for b in range(2)], 2)
             assert torch.equal(o.local_bfs(idx, sources, depths, reverse, theta=theta), want), (transposed, depths)
 
 
