@@ -72,6 +72,11 @@ def test_local_blocks_op_with_either_index_dtype(kernels, index_dtype):
     crow, col = op.b.outer.crow_indices().to(index_dtype), op.b.outer.col_indices().to(index_dtype)
     got = torch.ops.hpengine.local_blocks(idx, idx, crow, col, op.inv_degree)
     assert torch.equal(got, join_twin(op, idx))
+    flipped = col.clone()  # rows with their columns descending: the kernel sorts them back
+    for r in range(crow.numel() - 1):
+        flipped[crow[r]:crow[r + 1]] = col[crow[r]:crow[r + 1]].flip(0)
+    assert not torch.equal(flipped, col)
+    assert torch.equal(torch.ops.hpengine.local_blocks(idx, idx, crow, flipped, op.inv_degree), got)
 
 
 SEARCHES = [([2, 2], [True, True]), ([2, 3], [False, True]), ([0, 1], [True, False]), ([4, 1], [False, False])]
