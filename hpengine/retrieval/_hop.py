@@ -94,7 +94,8 @@ def hyperprove_hop(graph: HyperGraph, fact_embeddings: Tensor, query_embeddings:
     Questions run in chunks of ``Qc`` (see :func:`hpengine.retrieval.plan_hop` for the memory
     formula; ``cfg.memory_budget_mb`` or ``cfg.query_chunk_size``) and results are written into
     preallocated ``[Q, ...]`` outputs on the device. Nothing loops over questions; the walk, BFS and
-    scoring make no host sync. ``local_blocks`` syncs twice per chunk to size its join, and the CPU
+    scoring make no host sync. ``local_blocks`` syncs twice per chunk to size its join (the CPU kernel,
+    ``kernels/k_local_blocks_cpu.cpp``, runs the blocks and the BFS without forming them), and the CPU
     FAISS backends copy queries to the host.
 
     Args:
