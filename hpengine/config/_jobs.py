@@ -162,6 +162,8 @@ class TrainJobConfig:
     batch_size: int = 64
     #: Questions read from each file at most (0: all).
     max_questions: int = 0
+    #: Full-batch steps of the query adapter the ranker carries (docs/methods/learned.md; 0: none).
+    adapter_steps: int = 150
 
     def __post_init__(self):
         _check_finite(self, "")
@@ -175,3 +177,4 @@ class TrainJobConfig:
         _check_range("candidate_width", self.candidate_width, 1, 1000)
         _check_range("batch_size", self.batch_size, 1, 100_000)
         _check_range("max_questions", self.max_questions, 0, 10_000_000)
+        _check_range("adapter_steps", self.adapter_steps, 0, 1_000_000)

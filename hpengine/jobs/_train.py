@@ -66,21 +66,29 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         UserError: no index, unpaired question files, indexes of different encoders, a question file
             without gold passages, an unwritable ``out``; all before any model loads.
     """
-    from hpengine.pipeline import (RankerExamples, fusion_order, rank_candidates, ranker_examples, ranker_meta,
-                                   recall_at, train_ranker, write_ranker)
+    from hpengine.pipeline import (RankerExamples, adapter_part, fusion_order, rank_candidates, ranker_examples,
+                                   ranker_meta, recall_at, train_adapter, train_ranker, write_ranker)
 
     encoder = _check(cfg, None if questions is None else len(questions))
     question_sets = _questions(cfg, questions)
-    train_parts, held_parts, engine = [], [], None
-    for path, qs in zip(cfg.index, question_sets):
-        job = EvalJobConfig(index=path, device=cfg.device, engine=LearnedConfig(candidate_width=cfg.candidate_width))
-        engine = make_engine(job)
+    engines = [make_engine(EvalJobConfig(index=path, device=cfg.device,
+                                         engine=LearnedConfig(candidate_width=cfg.candidate_width)))
+               for path in cfg.index]
+    splits = [_split(len(qs), cfg.holdout, cfg.seed) for qs in question_sets]
+    adapter = None
+    if cfg.adapter_steps:  # on the training questions only: the held-out ones stay unseen
+        parts = [adapter_part(e, [qs[r] for r in rows], batch_size=cfg.batch_size)
+                 for e, qs, (rows, _) in zip(engines, question_sets, splits)]
+        say_adapter = (lambda step, loss: print(f"adapter step {step}: loss {loss:.4f}", file=sys.stderr)) \
+            if progress else None
+        adapter = train_adapter(parts, steps=cfg.adapter_steps, seed=cfg.seed, log=say_adapter)
+    train_parts, held_parts = [], []
+    for path, engine, qs, (train_rows, held_rows) in zip(cfg.index, engines, question_sets, splits):
         say = (lambda done, total, p=path: print(f"\r{p}: candidates of {done}/{total} questions", end="",
                                                  file=sys.stderr)) if progress else None
-        examples = ranker_examples(engine, qs, batch_size=cfg.batch_size, progress=say)
+        examples = ranker_examples(engine, qs, batch_size=cfg.batch_size, adapter=adapter, progress=say)
         if progress:
             print(file=sys.stderr)
-        train_rows, held_rows = _split(len(examples), cfg.holdout, cfg.seed)
         train_parts.append(examples.subset(train_rows))
         if held_rows:
             held_parts.append(examples.subset(held_rows))
@@ -89,7 +97,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     log = (lambda epoch, loss: (losses.append(loss), print(f"epoch {epoch}: loss {loss:.4f}", file=sys.stderr))) \
         if progress else (lambda epoch, loss: losses.append(loss))
     model = train_ranker(train, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                         seed=cfg.seed, log=log)
+                         seed=cfg.seed, log=log, adapter=adapter)
     report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0]}
     if held_parts:
         held = RankerExamples.concat(held_parts)
@@ -98,8 +106,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
                                                   for k in (2, 5)},
                       **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)})
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
-                                                                         "holdout", "seed")}
-    write_ranker(model, cfg.out, ranker_meta(engine, train, **settings, report=report))
+                                                                         "holdout", "seed", "adapter_steps")}
+    write_ranker(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
     return report
 
 

@@ -14,11 +14,13 @@ subgraph, BFS, entity linking) runs under ``torch.no_grad`` and passes no gradie
   differentiable through the PageRank solve.
 - :class:`CandidateRanker`: scores candidate passages from the engine's features (the learned
   method, ``retriever=learned``), with :func:`fit_ranker`, :func:`listwise_loss`, :func:`save_ranker`
-  and :func:`load_ranker`.
+  and :func:`load_ranker`; its optional :class:`QueryAdapter` (:func:`fit_query_adapter`) moves the
+  question embeddings the members start from.
 
 They are not the engine's retrieval methods (``hpengine.pipeline.retrievers``: question text in,
 passages and answers out, PPR seeded from NER links, fact seeds and a passage reset).
 """
+from hpengine.nn._adapter import QueryAdapter, dense_listwise_loss, fit_query_adapter
 from hpengine.nn._base import IndexModule, Retrieved
 from hpengine.nn._differentiable_dense import DifferentiableDense
 from hpengine.nn._differentiable_hop import DifferentiableHyperProveHop
@@ -27,4 +29,5 @@ from hpengine.nn._graph import GraphModule
 from hpengine.nn._ranker import CandidateRanker, fit_ranker, listwise_loss, load_ranker, save_ranker
 
 __all__ = ["CandidateRanker", "DifferentiableDense", "DifferentiableHyperProveHop", "DifferentiablePPR", "GraphModule",
-           "IndexModule", "Retrieved", "fit_ranker", "listwise_loss", "load_ranker", "save_ranker"]
+           "IndexModule", "QueryAdapter", "Retrieved", "dense_listwise_loss", "fit_query_adapter", "fit_ranker",
+           "listwise_loss", "load_ranker", "save_ranker"]

@@ -14,6 +14,8 @@ import os
 import torch
 from torch import Tensor
 
+from hpengine.nn._adapter import QueryAdapter
+
 RANKER_FORMAT = "hpengine-ranker"
 RANKER_VERSION = 1
 
@@ -27,6 +29,8 @@ class CandidateRanker(torch.nn.Module):
     Args:
         num_features: F.
         hidden: width of the MLP's hidden layer (default 16; 0: linear only).
+        adapter_dim: D of a :class:`~hpengine.nn.QueryAdapter` the learned method applies to the
+            question embeddings before its members run (0: none); :meth:`adapt` applies it.
 
     Shapes:
         forward: features float ``[Q, C, F]``, valid bool ``[Q, C]`` -> scores float32 ``[Q, C]``
@@ -38,16 +42,27 @@ class CandidateRanker(torch.nn.Module):
         torch.Size([2, 4])
     """
 
-    def __init__(self, num_features: int, hidden: int = 16):
+    def __init__(self, num_features: int, hidden: int = 16, adapter_dim: int = 0):
         super().__init__()
-        if num_features < 1 or hidden < 0:
-            raise ValueError(f"CandidateRanker needs num_features >= 1 and hidden >= 0 (got {num_features}, {hidden})")
+        if num_features < 1 or hidden < 0 or adapter_dim < 0:
+            raise ValueError(f"CandidateRanker needs num_features >= 1, hidden >= 0 and adapter_dim >= 0 (got "
+                             f"{num_features}, {hidden}, {adapter_dim})")
         self.num_features, self.hidden = num_features, hidden
+        self.query_adapter = QueryAdapter(adapter_dim) if adapter_dim else None
         self.register_buffer("mean", torch.zeros(num_features))
         self.register_buffer("scale", torch.ones(num_features))
         self.linear = torch.nn.Linear(num_features, 1)
         self.mlp = (torch.nn.Sequential(torch.nn.Linear(num_features, hidden), torch.nn.ReLU(),
                                         torch.nn.Linear(hidden, 1)) if hidden else None)
+
+    @property
+    def adapter_dim(self) -> int:
+        return self.query_adapter.dim if self.query_adapter is not None else 0
+
+    def adapt(self, query: Tensor) -> Tensor:
+        """The question embeddings ``[Q, D]`` the members should use: through the query adapter
+        when the ranker has one, else unchanged."""
+        return query if self.query_adapter is None else self.query_adapter(query)
 
     def fit_scaling(self, features: Tensor, valid: Tensor) -> None:
         """Set the standardisation from the valid candidates of ``features`` ``[N, C, F]``."""
@@ -122,7 +137,7 @@ def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> 
     from safetensors.torch import save_file
 
     header = {"format": RANKER_FORMAT, "format_version": RANKER_VERSION, "hidden": model.hidden,
-              "num_features": model.num_features, **meta}
+              "num_features": model.num_features, "adapter_dim": model.adapter_dim, **meta}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
@@ -149,7 +164,7 @@ def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
     if header.get("format") != RANKER_FORMAT or header.get("format_version") != RANKER_VERSION:
         raise ValueError(f"{path}: not a {RANKER_FORMAT} file of version {RANKER_VERSION} "
                          f"(got {header.get('format')!r} {header.get('format_version')!r})")
-    model = CandidateRanker(int(header["num_features"]), int(header["hidden"]))
+    model = CandidateRanker(int(header["num_features"]), int(header["hidden"]), int(header.get("adapter_dim", 0)))
     try:
         model.load_state_dict(tensors)
     except RuntimeError as exc:

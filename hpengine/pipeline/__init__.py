@@ -42,13 +42,16 @@ _EXPORTS = {
     "train_ranker": "hpengine.pipeline._learn",
     "write_ranker": "hpengine.pipeline._learn",
     "gold_passage_ids": "hpengine.pipeline._learn",
+    "adapter_part": "hpengine.pipeline._learn",
+    "train_adapter": "hpengine.pipeline._learn",
 }
 
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
-    from hpengine.pipeline._learn import (RankerExamples, fusion_order, gold_passage_ids, list_order, rank_candidates,
-                                          ranker_examples, ranker_meta, recall_at, train_ranker, write_ranker)
+    from hpengine.pipeline._learn import (RankerExamples, adapter_part, fusion_order, gold_passage_ids, list_order,
+                                          rank_candidates, ranker_examples, ranker_meta, recall_at, train_adapter,
+                                          train_ranker, write_ranker)
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
                                          rewrite)
@@ -66,6 +69,7 @@ __all__ = [
     "Retrieved",
     "Retriever",
     "ScoredPassage",
+    "adapter_part",
     "available_retrievers",
     "choice_options",
     "finish",
@@ -83,6 +87,7 @@ __all__ = [
     "register_retriever",
     "resolve_choice",
     "rewrite",
+    "train_adapter",
     "train_ranker",
     "write_ranker",
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from hpengine.nn import fit_ranker, save_ranker
+from hpengine.nn import fit_query_adapter, fit_ranker, save_ranker
 from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever
 
 
@@ -62,12 +62,14 @@ def gold_passage_ids(index, questions: list) -> list:
             for q in questions]
 
 
-def ranker_examples(engine, questions: list, *, batch_size: int = 64, progress=None) -> RankerExamples:
+def ranker_examples(engine, questions: list, *, batch_size: int = 64, adapter=None, progress=None) -> RankerExamples:
     """The learned method's candidates and features of every question, with its gold passages.
 
     Args:
         engine: an :class:`~hpengine.pipeline.Engine` with ``retriever="learned"`` (no ranker is read).
         questions: :class:`~hpengine.eval.Question` s with gold passages.
+        adapter: a :class:`~hpengine.nn.QueryAdapter` the question embeddings go through first
+            (the one the ranker will carry), or None.
         progress: ``(done, total) -> None`` after each batch.
     """
     retriever = engine.retriever
@@ -79,6 +81,7 @@ def ranker_examples(engine, questions: list, *, batch_size: int = 64, progress=N
         texts = [q.question for q in questions[start:start + batch_size]]
         with torch.no_grad():
             emb = engine.steps.encode(texts)
+            emb = adapter.to(emb.device)(emb) if adapter is not None else emb
             cand, feats, valid = retriever.candidate_features(texts, emb)
         cand, feats, valid = cand.cpu(), feats.cpu(), valid.cpu()
         gold = torch.zeros_like(valid)
@@ -90,6 +93,39 @@ def ranker_examples(engine, questions: list, *, batch_size: int = 64, progress=N
         if progress is not None:
             progress(min(start + batch_size, len(questions)), len(questions))
     return RankerExamples.concat(parts)
+
+
+def adapter_part(engine, questions: list, *, batch_size: int = 64) -> tuple:
+    """What :func:`hpengine.nn.fit_query_adapter` reads of one index: ``(passage_emb [P, D],
+    fact_emb [H, D], question_emb [N, D], gold_passages [N, G], gold_facts [N, F])``, the gold
+    facts being every fact of a gold passage (int64 ids, ``-1`` padded)."""
+    index = engine.index
+    if index.passage_emb is None:
+        raise ValueError("a query adapter needs passage embeddings (the index was built with embed_passages=False)")
+    with torch.no_grad():
+        emb = torch.cat([engine.steps.encode([q.question for q in questions[i:i + batch_size]]).float()
+                         for i in range(0, len(questions), batch_size)])
+    gold = gold_passage_ids(index, questions)
+    fact_passage = index.fact_passage
+    facts = [torch.nonzero(torch.isin(fact_passage, torch.tensor(ids, device=fact_passage.device))).flatten()
+             if ids else fact_passage[:0] for ids in gold]
+    return (index.passage_emb, index.fact_emb, emb, _padded([torch.tensor(g, dtype=torch.int64) for g in gold]),
+            _padded(facts))
+
+
+def _padded(rows: list) -> Tensor:
+    """int64 ``[N, max(1, longest)]`` of the id lists ``rows``, ``-1`` padded."""
+    out = torch.full((len(rows), max([1, *(len(r) for r in rows)])), -1, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r.cpu()
+    return out
+
+
+def train_adapter(parts: list, *, steps: int = 150, seed: int = 0, log=None):
+    """:func:`hpengine.nn.fit_query_adapter` on :func:`adapter_part` s of one or several indexes."""
+    device = parts[0][2].device
+    parts = [tuple(t.to(device) for t in part) for part in parts]
+    return fit_query_adapter(parts, steps=steps, seed=seed, log=log)
 
 
 def rank_candidates(model, examples: RankerExamples) -> Tensor:
@@ -121,10 +157,16 @@ def fusion_order(examples: RankerExamples) -> Tensor:
 
 
 def train_ranker(examples: RankerExamples, *, hidden: int = 16, epochs: int = 300, lr: float = 0.01,
-                 weight_decay: float = 1e-4, seed: int = 0, log=None):
-    """:func:`hpengine.nn.fit_ranker` on ``examples``."""
-    return fit_ranker(examples.features, examples.gold, examples.valid, hidden=hidden, epochs=epochs, lr=lr,
-                      weight_decay=weight_decay, seed=seed, log=log)
+                 weight_decay: float = 1e-4, seed: int = 0, log=None, adapter=None):
+    """:func:`hpengine.nn.fit_ranker` on ``examples``; ``adapter``: the query adapter the examples'
+    candidates were computed with (:func:`ranker_examples`), carried by the ranker."""
+    model = fit_ranker(examples.features, examples.gold, examples.valid, hidden=hidden, epochs=epochs, lr=lr,
+                       weight_decay=weight_decay, seed=seed, log=log)
+    if adapter is not None:
+        model.query_adapter = adapter.cpu().eval()
+        for p in model.query_adapter.parameters():
+            p.requires_grad_(False)
+    return model
 
 
 def ranker_meta(engine, examples: RankerExamples, **settings) -> dict:

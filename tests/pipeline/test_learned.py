@@ -128,6 +128,32 @@ def test_the_engine_ranks_with_a_trained_ranker(examples, tmp_path, builtin_inde
     assert meta["features"] == list(FEATURES) and meta["encoder"] == index.meta["encoder"]
 
 
+def test_a_ranker_with_a_query_adapter_ranks_the_adapted_candidates(examples, tmp_path, builtin_index):
+    """The adapter trained on the built-in questions lowers its loss, travels in the ranker file,
+    and the engine runs its members from the adapted embeddings: its ranking equals the
+    candidates computed from them (ranker_examples with the adapter) in the model's order."""
+    from hpengine.pipeline import adapter_part, ranker_examples, train_adapter
+
+    engine, questions, _ = examples
+    index, encoder, _ = builtin_index
+    losses = []
+    adapter = train_adapter([adapter_part(engine, questions)], steps=40, log=lambda step, loss: losses.append(loss))
+    assert losses[-1] < losses[0]
+    emb = engine.steps.encode([q.question for q in questions])
+    assert not torch.allclose(adapter(emb), emb, atol=1e-4), "the adapter moved the embeddings"
+    ex = ranker_examples(engine, questions, adapter=adapter)
+    model = train_ranker(ex, hidden=0, epochs=30, adapter=adapter)
+    path = tmp_path / "adapted.safetensors"
+    save_ranker(model, path, ranker_meta(engine, ex))
+    loaded, meta = load_ranker(path)
+    assert meta["adapter_dim"] == emb.shape[1] and torch.equal(loaded.query_adapter.weight, adapter.weight)
+    learned = Engine(index, encoder, config=LearnedConfig(ranker=str(path)))
+    order = rank_candidates(model, ex)
+    for i, p in enumerate(learned.answer([q.question for q in questions])):
+        n = int(ex.valid[i].sum())
+        assert list(p.passages) == ex.candidates[i].gather(0, order[i, :n])[: learned.config.passage_width].tolist()
+
+
 def test_ranker_files_are_checked(examples, tmp_path, builtin_index):
     engine, questions, ex = examples
     index, encoder, _ = builtin_index

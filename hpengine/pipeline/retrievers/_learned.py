@@ -113,6 +113,8 @@ class LearnedRetriever(FusionRetriever):
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """The candidates of the members' lists, ordered by the ranker; chains and notes as the fusion's."""
         ranker = self.ranker  # before the members run: a missing ranker is one line, at once
+        with torch.no_grad():
+            question_emb = ranker.adapt(question_emb)  # the ranker's query adapter, where it has one
         candidates, features, valid, outs = self._candidates(questions, question_emb)
         with self.steps.timer.stage("rank"), torch.no_grad():
             scores = ranker(features, valid)  # [Q, C]
@@ -123,7 +125,8 @@ class LearnedRetriever(FusionRetriever):
 
     def candidate_features(self, questions: list, question_emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(candidates, features, valid)`` of a batch: int64 ``[Q, C]`` passage ids (``-1``
-        padded), float32 ``[Q, C, len(FEATURES)]``, bool ``[Q, C]`` (what a trainer reads)."""
+        padded), float32 ``[Q, C, len(FEATURES)]``, bool ``[Q, C]`` (what a trainer reads).
+        ``question_emb`` is used as given (a trainer passes them through its adapter first)."""
         return self._candidates(questions, question_emb)[:3]
 
     def _candidates(self, questions: list, question_emb: Tensor) -> tuple:
