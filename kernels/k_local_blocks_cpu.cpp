@@ -25,14 +25,14 @@
 // Why a kernel: the PyTorch join materialises every (slot, slot, column) pair with a dozen index
 // passes and fills a dense [Q, M, M] block that the BFS then reads with a batched matrix product
 // per round. Here each question is one loop: its entries bucketed by column (each slot's columns
-// ascending, as its CSR row holds them), each slot's row accumulated in a scratch row, and
-// (local_bfs) the edges kept as adjacency lists, so the BFS walks edges instead of M x M blocks and
-// no block is written at all. Questions are split over OpenMP
-// threads; each question's result does not depend on the thread that computed it.
+// ascending, as its CSR row holds them) and each slot's row accumulated in a scratch row. local_bfs
+// keeps only the edges, as adjacency lists (rows whose small terms cannot add up to an edge are
+// not even summed: Join::edges), so the BFS walks edges instead of M x M blocks and the hop writes
+// no block at all. Questions are split over OpenMP threads; each question's result does not depend
+// on the thread that computed it.
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -215,8 +215,8 @@ void check_join(const at::Tensor& ids, const at::Tensor& rows, const at::Tensor&
   TORCH_CHECK(ids.is_contiguous() && rows.is_contiguous() && crow.is_contiguous() && col.is_contiguous() &&
                   inv_degree.is_contiguous(),
               name, ": contiguous tensors expected");
-  TORCH_CHECK(ids.size(1) < (int64_t(1) << 31) && inv_degree.numel() < (int64_t(1) << 32), name,
-              ": M below 2^31 and C below 2^32 expected");
+  TORCH_CHECK(ids.size(1) < (int64_t(1) << 31) && col.numel() < (int64_t(1) << 31), name,
+              ": M and nnz below 2^31 expected");
 }
 
 // The blocks of questions [0, q_count), one question per iteration (OpenMP, outside the dispatch
