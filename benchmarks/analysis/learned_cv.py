@@ -105,8 +105,9 @@ def run(args) -> dict:
     return out
 
 
-def ship(args, out: dict) -> None:
-    """Train on all the sets' questions and write the ranker ``--ship`` names."""
+def ship(args, out: dict, engines=None, questions=None) -> None:
+    """Train on all the sets' questions and write the ranker ``--ship`` names (with a query
+    adapter when ``--adapter-steps`` is given)."""
     from safetensors.torch import load_file
 
     from hpengine.config import LearnedConfig
@@ -124,13 +125,84 @@ def ship(args, out: dict) -> None:
         raise SystemExit(f"the sets use several encoders: {sorted(encoders)}")
     examples = RankerExamples.concat(parts)
     hidden = args.hidden[0]
-    model = train_ranker(examples, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
+    if args.adapter_steps:
+        model, adapted = fit_adapted(engines, questions, {n: list(range(len(qs))) for n, qs in questions.items()}, args)
+        examples = RankerExamples.concat(list(adapted.values()))
+    else:
+        model = train_ranker(examples, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
     cfg = LearnedConfig()
     write_ranker(model, args.ship, {"features": list(FEATURES), "encoder": encoders.pop(),
                                     "candidate_width": cfg.candidate_width, "passage_width": cfg.passage_width,
                                     "questions": len(examples), "hidden": hidden, "epochs": args.epochs, "lr": args.lr,
+                                    "adapter_steps": args.adapter_steps,
                                     "trained_on": [s.partition("=")[0] for s in args.set], "cv": out["models"]})
     print(f"ranker trained on {len(examples)} questions written to {args.ship}")
+
+
+def load_engines(args) -> tuple[dict, dict]:
+    """``(engines, questions)`` by set name, the learned method's engines (no ranker read)."""
+    from hpengine.config import EvalJobConfig, LearnedConfig
+    from hpengine.eval import load_questions
+    from hpengine.jobs import make_engine
+
+    engines, questions = {}, {}
+    for spec in args.set:
+        name, _, rest = spec.partition("=")
+        index, _, qfile = rest.partition(":")
+        engines[name] = make_engine(EvalJobConfig(index=index, engine=LearnedConfig()))
+        qs = load_questions(qfile)
+        questions[name] = qs[: args.max_questions] if args.max_questions else qs
+    return engines, questions
+
+
+def fit_adapted(engines: dict, questions: dict, rows: dict, args):
+    """A query adapter and a ranker trained on ``rows`` (set -> question rows), and the examples
+    of every set computed through that adapter."""
+    from hpengine.pipeline import RankerExamples, adapter_part, ranker_examples, train_adapter, train_ranker
+
+    parts = [adapter_part(engines[n], [questions[n][r] for r in rs]) for n, rs in rows.items() if rs]
+    adapter = train_adapter(parts, steps=args.adapter_steps, seed=args.seed)
+    examples = {n: ranker_examples(engines[n], questions[n], adapter=adapter) for n in engines}
+    train = RankerExamples.concat([examples[n].subset(rs) for n, rs in rows.items() if rs])
+    model = train_ranker(train, hidden=args.hidden[0], epochs=args.epochs, lr=args.lr, seed=args.seed, adapter=adapter)
+    return model, examples
+
+
+def run_adapted(args, out: dict, engines: dict, questions: dict) -> None:
+    """The same folds with a query adapter (``--adapter-steps``): per fold, the adapter is trained
+    on the training questions of every set, every set's candidates are computed again through it,
+    and the ranker is trained on the training rows of those; leave one dataset out likewise (the
+    adapter and the ranker from the other sets only). Adds ``models["adapter<N>_hidden<H>"]``."""
+    from hpengine.pipeline import rank_candidates
+
+    folds = {n: folds_of(len(qs), args.folds, args.seed) for n, qs in questions.items()}
+    res = {n: {} for n in engines}
+    held_orders = {n: [] for n in engines}
+    for f in range(args.folds):
+        rows = {n: [r for g, fold in enumerate(folds[n]) if g != f for r in fold] for n in engines}
+        model, examples = fit_adapted(engines, questions, rows, args)
+        for n in engines:
+            held = examples[n].subset(folds[n][f])
+            held_orders[n].append((held, rank_candidates(model, held)))
+        print(f"adapter fold {f + 1}/{args.folds}", file=sys.stderr)
+    for n in engines:
+        res[n]["cv"] = _pooled(held_orders[n])
+    if len(engines) > 1:
+        for n in engines:
+            model, examples = fit_adapted(engines, questions,
+                                          {m: list(range(len(questions[m]))) for m in engines if m != n}, args)
+            res[n]["lodo"] = _pooled([(examples[n], rank_candidates(model, examples[n]))])
+            print(f"adapter, {n} left out", file=sys.stderr)
+    out["models"][f"adapter{args.adapter_steps}_hidden{args.hidden[0]}"] = res
+
+
+def _pooled(pairs: list) -> dict:
+    """Recall@2/5/10 over the held parts together (weighted by their questions with gold)."""
+    from hpengine.pipeline import recall_at
+
+    weight = [int((e.num_gold > 0).sum()) for e, _ in pairs]
+    return {f"recall@{k}": round(sum(recall_at(o, e, k) * w for (e, o), w in zip(pairs, weight)) / sum(weight), 4)
+            for k in (2, 5, 10)}
 
 
 def _pad(order, width: int):
@@ -172,13 +244,19 @@ def main(argv=None) -> None:
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
     p.add_argument("--ship", metavar="FILE", help="also train on every question of every set (hidden: the first "
                    "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")
+    p.add_argument("--adapter-steps", type=int, default=0, help="also measure a query adapter trained this many "
+                   "steps with the ranker (hidden: the first --hidden); computes every set's candidates again per fold")
     args = p.parse_args(argv)
     out = run(args)
+    engines = questions = None
+    if args.adapter_steps:
+        engines, questions = load_engines(args)
+        run_adapted(args, out, engines, questions)
     path = write_json(out, RESULTS / "learned" / f"cv_{args.label}.json")
     print(table(out))
     print(f"written to {path}")
     if args.ship:
-        ship(args, out)
+        ship(args, out, engines, questions)
 
 
 if __name__ == "__main__":
