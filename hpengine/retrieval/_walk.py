@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from hpengine.retrieval._topk import blocked_topk
-from hpengine.sparse import SparseChain, TransitionOperator, inverse_or_zero, walk_step
+from hpengine.sparse import SparseChain, TransitionOperator, inverse_or_zero, walk_product, walk_step
 
 # op -> (D^-1 B^T r^-1 as CSR [C, H], diag * r^-1 [H]); cached per operator (see _walk_parts)
 _WALK_PARTS: "weakref.WeakKeyDictionary[TransitionOperator, tuple[SparseChain, Tensor]]" = weakref.WeakKeyDictionary()
@@ -154,11 +154,16 @@ def walk_visits(op: TransitionOperator, restart_ids: Tensor, restart_mass: Tenso
     minus_diag = (diag_scaled * -(1.0 - restart)).unsqueeze(1)  # [H, 1]
     # The in-place/addmm forms below are ~2.5x faster on CPU than torch.mm(..., out=) with a
     # sparse CSR operand, which zero-fills the output and takes a slower kernel (bench_hop).
+    # rows of x and y that may be nonzero (x starts at the restart rows): the CPU kernels skip the others
+    x_rows = torch.zeros(num_facts, dtype=torch.bool, device=dev).index_fill_(0, restart_ids.clamp(min=0).view(-1), True)
+    y_rows = torch.empty(op.num_columns, dtype=torch.bool, device=dev)
     for _ in range(walk_steps):  # steps, never questions
-        bt_scaled.addmm(y, x, beta=0.0, alpha=1.0 - restart, out=y, work=work)  # [C, Q] (1 - c) D^-1 B^T r^-1 x
+        # [C, Q] (1 - c) D^-1 B^T r^-1 x
+        walk_product(bt_scaled, x, alpha=1.0 - restart, out=y, work=work, x_rows=x_rows, out_rows=y_rows)
         # x_next = x * minus_diag (the diagonal of W_s, removed) + c r0 + (1 - c) B D^-1 B^T r^-1 x, added to
         # the visits: one pass over the rows with the CPU kernel, four passes on the PyTorch path
-        walk_step(op.b, y, x, minus_diag, flat, scaled_restart, out=x_next, visits=visits, work=work)
+        walk_step(op.b, y, x, minus_diag, flat, scaled_restart, out=x_next, visits=visits, work=work, y_rows=y_rows,
+                  out_rows=x_rows)
         x, x_next = x_next, x
     return visits
 

@@ -13,7 +13,7 @@ from hpengine.sparse._incidence import (
 from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence, row_pairs, scaled_csr
 from hpengine.sparse._sort import sort_keys, sorted_contains, unique_keys
 from hpengine.sparse._transition import TransitionOperator
-from hpengine.sparse._dispatch import walk_step
+from hpengine.sparse._dispatch import walk_product, walk_step
 
 __all__ = [
     "SparseChain",
@@ -34,5 +34,6 @@ __all__ = [
     "sort_keys",
     "sorted_contains",
     "unique_keys",
+    "walk_product",
     "walk_step",
 ]

@@ -294,15 +294,67 @@ def local_bfs(ids: Tensor, rows: Tensor, crow: Tensor, col: Tensor, inv_degree: 
                                         sources.contiguous(), [int(d) for d in depths], [int(bool(r)) for r in reverse])
 
 
+def _one_csr(mat) -> Tensor | None:
+    """``mat`` itself (a CSR tensor) or a SparseChain's one CSR matrix; ``None`` for a factored chain."""
+    csr = mat if isinstance(mat, Tensor) else None if mat.factored else mat.outer
+    return csr if csr is not None and csr.layout == torch.sparse_csr else None
+
+
+def _rows_arg(rows: Tensor | None, x: Tensor) -> Tensor:
+    return rows if rows is not None else x.new_empty(0, dtype=torch.bool)
+
+
+def walk_product(mat, x: Tensor, *, alpha: float, out: Tensor, work: Tensor | None = None,
+                 x_rows: Tensor | None = None, out_rows: Tensor | None = None) -> Tensor:
+    """The hop's first walk product, ``out = alpha * (mat @ x)``; returns ``out``.
+
+    The CPU kernel (``kernels/k_hop_walk_cpu.cpp``) skips the rows of ``x`` that ``x_rows`` marks
+    zero (exact: they add nothing to a sum) and writes into ``out_rows`` which rows of ``out`` may
+    be nonzero. The twin (:func:`walk_product_torch`: ``SparseChain.addmm`` or :func:`csr_addmm`)
+    reads every row and marks every row; a factored ``mat``, other devices and
+    ``HPENGINE_KERNELS=off`` run it.
+
+    Args:
+        mat: CSR ``[m, n]`` or a :class:`~hpengine.sparse.SparseChain`. x: ``[n, w]``.
+        out: contiguous ``[m, w]``, not ``x``. work: a factored chain's scratch.
+        x_rows: optional bool ``[n]``, ``False`` where the row of ``x`` is zero. out_rows: optional
+            bool ``[m]``, written.
+
+    Shapes:
+        ``[m, n], [n, w] -> [m, w]``.
+    """
+    csr = _one_csr(mat)
+    if csr is not None and _walk_kernel_applies(csr, x, x, out, out):
+        torch.ops.hpengine.walk_product_out(csr.crow_indices(), csr.col_indices(), csr.values(), x,
+                                            _rows_arg(x_rows, x), float(alpha), out, _rows_arg(out_rows, x))
+        return out
+    return walk_product_torch(mat, x, alpha=alpha, out=out, work=work, out_rows=out_rows)
+
+
+def walk_product_torch(mat, x: Tensor, *, alpha: float, out: Tensor, work: Tensor | None = None,
+                       out_rows: Tensor | None = None) -> Tensor:
+    """The PyTorch path of :func:`walk_product` (the kernel's twin); every row of ``out`` is marked."""
+    if isinstance(mat, Tensor):
+        csr_addmm(out, mat, x, beta=0.0, alpha=alpha, out=out)
+    else:
+        mat.addmm(out, x, beta=0.0, alpha=alpha, out=out, work=work)
+    if out_rows is not None:
+        out_rows.fill_(True)
+    return out
+
+
 def walk_step(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, values: Tensor, *, out: Tensor,
-              visits: Tensor, work: Tensor | None = None) -> Tensor:
+              visits: Tensor, work: Tensor | None = None, y_rows: Tensor | None = None,
+              out_rows: Tensor | None = None) -> Tensor:
     """The hop's walk step after its first product: ``out = x * scale``, then ``values`` added at the
     flat positions ``flat`` of ``out`` (``index_add_``), then ``out += mat @ y``, then
     ``visits += out``; returns ``out``.
 
     The CPU kernel (``kernels/k_hop_walk_cpu.cpp``) does it in one pass over the rows, in the twin's
-    order (:func:`walk_step_torch`, the same bits, tests/kernels/test_hop_kernels.py); a factored
-    ``mat``, other devices and ``HPENGINE_KERNELS=off`` run the twin.
+    order (:func:`walk_step_torch`, the same bits, tests/kernels/test_hop_kernels.py), skipping the
+    rows of ``y`` that ``y_rows`` marks zero and writing into ``out_rows`` which rows of ``out`` are
+    nonzero; a factored ``mat``, other devices and ``HPENGINE_KERNELS=off`` run the twin, which
+    marks every row.
 
     Args:
         mat: CSR ``[m, n]`` (or a :class:`~hpengine.sparse.SparseChain`, which takes the twin unless
@@ -310,12 +362,14 @@ def walk_step(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, values: Te
         flat: int64 ``[r]`` positions in ``out.view(-1)``; values: ``[r]``.
         out, visits: contiguous ``[m, w]``, distinct from ``x`` and ``y``.
         work: the scratch a factored chain's product takes (:meth:`SparseChain.addmm`).
+        y_rows: optional bool ``[n]``, ``False`` where the row of ``y`` is zero. out_rows: optional
+            bool ``[m]``, written.
 
     Shapes:
         ``[m, n], [n, w], [m, w], [m, 1], [r], [r] -> [m, w]``.
     """
-    csr = mat if isinstance(mat, Tensor) else None if mat.factored else mat.outer  # a SparseChain: its one CSR
-    if csr is not None and csr.layout == torch.sparse_csr and _walk_kernel_applies(csr, y, x, out, visits):
+    csr = _one_csr(mat)
+    if csr is not None and _walk_kernel_applies(csr, y, x, out, visits):
         num_rows, width = x.shape
         row = torch.div(flat, width, rounding_mode="floor")
         row, order = torch.sort(row, stable=True)  # each element's terms in index_add_'s order
@@ -323,9 +377,10 @@ def walk_step(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, values: Te
         rptr[1:] = torch.bincount(row, minlength=num_rows).cumsum(0)
         torch.ops.hpengine.walk_step_out(csr.crow_indices(), csr.col_indices(), csr.values(), y.contiguous(), x,
                                          scale.reshape(-1).contiguous(), rptr, flat.index_select(0, order) % width,
-                                         values.index_select(0, order).contiguous(), out, visits)
+                                         values.index_select(0, order).contiguous(), _rows_arg(y_rows, x), out,
+                                         visits, _rows_arg(out_rows, x))
         return out
-    return walk_step_torch(mat, y, x, scale, flat, values, out=out, visits=visits, work=work)
+    return walk_step_torch(mat, y, x, scale, flat, values, out=out, visits=visits, work=work, out_rows=out_rows)
 
 
 def _walk_kernel_applies(csr: Tensor, y: Tensor, x: Tensor, out: Tensor, visits: Tensor) -> bool:
@@ -340,8 +395,8 @@ def _walk_kernel_applies(csr: Tensor, y: Tensor, x: Tensor, out: Tensor, visits:
 
 
 def walk_step_torch(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, values: Tensor, *, out: Tensor,
-                    visits: Tensor, work: Tensor | None = None) -> Tensor:
-    """The PyTorch path of :func:`walk_step` (the kernel's twin)."""
+                    visits: Tensor, work: Tensor | None = None, out_rows: Tensor | None = None) -> Tensor:
+    """The PyTorch path of :func:`walk_step` (the kernel's twin); every row of ``out`` is marked."""
     torch.mul(x, scale, out=out)
     out.view(-1).index_add_(0, flat, values)
     if isinstance(mat, Tensor):
@@ -349,6 +404,8 @@ def walk_step_torch(mat, y: Tensor, x: Tensor, scale: Tensor, flat: Tensor, valu
     else:  # a SparseChain (factored or not): its own products
         mat.addmm(out, y, out=out, work=work)
     visits.add_(out)
+    if out_rows is not None:
+        out_rows.fill_(True)
     return out
 
 
@@ -365,4 +422,4 @@ def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0,
 __all__ = ["CPU_EXTENSION", "CPU_SOURCE", "CPU_SOURCES", "ENV", "MODES", "TRITON_SOURCE", "build_cpu_kernels",
            "cpu_kernels", "csr_addmm", "csr_addmm_torch", "kernel_mode", "kernel_sources", "load_triton_kernels",
            "local_bfs", "local_blocks_into", "triton_kernels", "use_cpu_kernel", "use_join_kernel", "use_triton_kernel",
-           "walk_step", "walk_step_torch"]
+           "walk_product", "walk_product_torch", "walk_step", "walk_step_torch"]

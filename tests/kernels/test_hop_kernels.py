@@ -191,3 +191,36 @@ def test_walk_step_kernel_equals_its_twin(kernels, monkeypatch, dtype, index_dty
     want = torch.addmm(want, mat, y)
     assert torch.equal(out["off"][0], want) and torch.equal(out["off"][1], base + want)
     assert torch.equal(out["on"][0], out["off"][0]) and torch.equal(out["on"][1], out["off"][1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width", [1, 17, 40])
+def test_walk_products_skip_zero_rows_exactly(kernels, monkeypatch, dtype, index_dtype, width):
+    """Rows marked zero are skipped (x holds zeros there, +0 and -0), and the rows marked for the
+    next product are the rows that can be nonzero: the same bits as the twins, which read every row."""
+    g = torch.Generator().manual_seed(width)
+    bt = random_csr(29, 41, 0.2, dtype, index_dtype, width + 1)  # [C, H]
+    b = random_csr(41, 29, 0.2, dtype, index_dtype, width + 2)  # [H, C]
+    x = torch.randn(41, width, generator=g, dtype=torch.float64).to(dtype)
+    x_rows = torch.rand(41, generator=g) < 0.3
+    x[~x_rows] = 0.0
+    x[~x_rows & (torch.arange(41) % 2 == 0)] = -0.0
+    scale = -torch.rand(41, 1, generator=g, dtype=torch.float64).to(dtype)
+    flat = torch.randint(0, 41 * width, (9,), generator=g)
+    values = torch.rand(9, generator=g, dtype=torch.float64).to(dtype)
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv(ENV, mode)
+        y, y_rows = torch.full((29, width), float("nan"), dtype=dtype), torch.zeros(29, dtype=torch.bool)
+        _dispatch.walk_product(bt, x, alpha=0.7, out=y, x_rows=x_rows, out_rows=y_rows)
+        nxt, visits, rows = torch.empty_like(x), torch.ones_like(x), torch.zeros(41, dtype=torch.bool)
+        _dispatch.walk_step(b, y, x, scale, flat, values, out=nxt, visits=visits, y_rows=y_rows, out_rows=rows)
+        out[mode] = (y, nxt, visits, y_rows, rows)
+    for a, c in zip(out["off"][:3], out["on"][:3]):
+        assert torch.equal(a, c)
+    assert torch.equal(out["off"][0], torch.addmm(torch.zeros(29, width, dtype=dtype), bt, x, beta=0.0, alpha=0.7))
+    y, nxt, _, y_rows, rows = out["on"]
+    assert (y[~y_rows] == 0).all() and y_rows.sum() < 29  # the mask is a real saving and never wrong
+    assert torch.equal(rows, (nxt != 0).any(1))
+    assert out["off"][3].all() and out["off"][4].all()  # the twins mark every row
