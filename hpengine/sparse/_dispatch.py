@@ -17,8 +17,9 @@ dense product of PPR's iteration and of the hop's walk on the CPU (bench_ppr, H 
 thread). On CUDA the same product goes to the Triton kernel (``kernels/k_csr_addmm_triton.py``)
 only with ``on``: it sums in the CPU's order, and ``auto`` keeps torch.addmm's (cuSPARSE's) bits
 there. Everything else (autograd through the product, broadcast ``input``) stays on ``torch.addmm``.
-The local blocks of ``T_s`` and the hop's BFS on them (``kernels/k_local_blocks_cpu.cpp``) take the CPU
-kernel in the same cases (:func:`use_join_kernel`; bench_hop, H = 100k, one thread).
+The local blocks of ``T_s`` and the hop's BFS on them (``kernels/k_local_blocks_cpu.cpp``) and the hop's
+walk steps on a plain incidence (``kernels/k_hop_walk_cpu.cpp``: :func:`walk_product`, :func:`walk_step`)
+take the CPU kernels in the same cases (bench_hop, H = 100k, one thread).
 """
 from __future__ import annotations
 
