@@ -155,7 +155,8 @@ def walk_visits(op: TransitionOperator, restart_ids: Tensor, restart_mass: Tenso
     # The in-place/addmm forms below are ~2.5x faster on CPU than torch.mm(..., out=) with a
     # sparse CSR operand, which zero-fills the output and takes a slower kernel (bench_hop).
     # rows of x and y that may be nonzero (x starts at the restart rows): the CPU kernels skip the others
-    x_rows = torch.zeros(num_facts, dtype=torch.bool, device=dev).index_fill_(0, restart_ids.clamp(min=0).view(-1), True)
+    x_rows = torch.zeros(num_facts, dtype=torch.bool, device=dev)
+    x_rows.index_fill_(0, restart_ids.clamp(min=0).reshape(-1), True)
     y_rows = torch.empty(op.num_columns, dtype=torch.bool, device=dev)
     for _ in range(walk_steps):  # steps, never questions
         # [C, Q] (1 - c) D^-1 B^T r^-1 x
