@@ -26,6 +26,8 @@ def _has(module: str) -> bool:
         return False
 
 
+#: triton importable: the CUDA kernels of kernels/ (k_*_triton.py) can run (hpengine/sparse/_dispatch.py)
+WITH_TRITON: bool = _has("triton")
 WITH_FAISS: bool = _has("faiss")
 WITH_FAISS_GPU: bool = False
 if WITH_FAISS:
@@ -36,4 +38,4 @@ if WITH_FAISS:
     except Exception:  # a broken faiss install must not break hpengine
         WITH_FAISS = False
 
-__all__ = ["FactEntityIndex", "FactPassage", "WITH_FAISS", "WITH_FAISS_GPU"]
+__all__ = ["FactEntityIndex", "FactPassage", "WITH_FAISS", "WITH_FAISS_GPU", "WITH_TRITON"]

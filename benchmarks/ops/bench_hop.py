@@ -7,8 +7,8 @@ each query is a noisy copy of a random fact; every question carries a frontier o
 
 Implementations (same parameters, ``RetrievalConfig()`` defaults: S=8, M=600, 3 steps, c=0.3, L=2):
 
-* ``batched``: ``hyperprove_hop`` on all Q questions (exact dense seeds); its sparse products take
-  the compiled CPU kernel where it builds (``kernels/README.md``).
+* ``batched``: ``hyperprove_hop`` on all Q questions (exact dense seeds); its local blocks, BFS and
+  walk take the compiled CPU kernels where they build (``kernels/README.md``).
 * ``batched_torch`` (``torch_path=true``): the same with ``HPENGINE_KERNELS=off`` (the PyTorch path),
   so one run gives the kernels' ratio.
 * ``reference``: ``hpengine.testing.reference.reference_hop`` per question (numpy walk on an

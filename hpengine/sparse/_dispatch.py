@@ -189,6 +189,10 @@ def load_triton_kernels():
 def triton_kernels() -> tuple[object | None, str | None]:
     """The Triton kernels' module, loaded once per process, and ``None``; or ``None`` and the reason
     (one line) it cannot load."""
+    from hpengine.typing import WITH_TRITON
+
+    if not WITH_TRITON:
+        return None, "triton is not installed"
     try:
         return load_triton_kernels(), None
     except Exception as exc:  # triton is optional: not installed, or a broken install

@@ -140,7 +140,7 @@ def test_hop_kernel_equals_torch_path(kernels, monkeypatch, seed):
 def no_compiler(monkeypatch):
     """The kernels' build fails as it does without a compiler; the real build is restored after."""
     def fail():
-        raise RuntimeError("Error building extension 'hpengine_k_csr_addmm_cpu': g++: not found")
+        raise RuntimeError("Error building extension 'hpengine_cpu_kernels': g++: not found")
 
     monkeypatch.setattr(_dispatch, "build_cpu_kernels", fail)
     _dispatch.cpu_kernels.cache_clear()
