@@ -98,7 +98,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         if progress else (lambda epoch, loss: losses.append(loss))
     model = train_ranker(train, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
                          seed=cfg.seed, log=log, adapter=adapter)
-    report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0]}
+    report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0],
+              "adapter_steps": cfg.adapter_steps if adapter is not None else 0}
     if held_parts:
         held = RankerExamples.concat(held_parts)
         mine, base = rank_candidates(model, held), fusion_order(held)
@@ -115,7 +116,8 @@ def format_train_report(report: dict, out: str) -> str:
     """Human-readable report of a training run."""
     lines = [f"ranker written to {out} (encoder {report['encoder']})",
              f"  trained on {report['train_questions']} questions: loss {report['first_loss']:.4f} -> "
-             f"{report['loss']:.4f}"]
+             f"{report['loss']:.4f}" + (f", with a query adapter ({report['adapter_steps']} steps)"
+                                         if report.get("adapter_steps") else "")]
     if "held_questions" in report:
         lines.append(f"  held out {report['held_questions']} questions: R@2 {report['held_recall@2']:.3f} / R@5 "
                      f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
