@@ -187,7 +187,7 @@ def run_adapted(args, out: dict, engines: dict, questions: dict) -> None:
         print(f"adapter fold {f + 1}/{args.folds}", file=sys.stderr)
     for n in engines:
         res[n]["cv"] = _pooled(held_orders[n])
-    if len(engines) > 1:
+    if len(engines) > 1 and not args.no_lodo:
         for n in engines:
             model, examples = fit_adapted(engines, questions,
                                           {m: list(range(len(questions[m]))) for m in engines if m != n}, args)
@@ -246,6 +246,8 @@ def main(argv=None) -> None:
                    "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")
     p.add_argument("--adapter-steps", type=int, default=0, help="also measure a query adapter trained this many "
                    "steps with the ranker (hidden: the first --hidden); computes every set's candidates again per fold")
+    p.add_argument("--no-lodo", action="store_true", help="with --adapter-steps: k-fold only (leave one dataset out "
+                   "computes every set's candidates three more times)")
     args = p.parse_args(argv)
     out = run(args)
     engines = questions = None

@@ -162,8 +162,9 @@ class TrainJobConfig:
     batch_size: int = 64
     #: Questions read from each file at most (0: all).
     max_questions: int = 0
-    #: Full-batch steps of the query adapter the ranker carries (docs/methods/learned.md; 0: none).
-    adapter_steps: int = 150
+    #: Full-batch steps of a query adapter the ranker carries (docs/methods/learned.md; 0: none; 150
+    #: where it pays).
+    adapter_steps: int = 0
 
     def __post_init__(self):
         _check_finite(self, "")

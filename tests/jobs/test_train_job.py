@@ -26,21 +26,21 @@ def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     out = tmp_path / "ranker.safetensors"
     q = str(builtin_questions_path())
     report = run_train(TrainJobConfig(index=saved, questions=[q, q], out=str(out), epochs=40, hidden=4,
-                                      holdout=0.25), progress=False)
+                                      holdout=0.25, adapter_steps=20), progress=False)
     assert report["loss"] < report["first_loss"]
     assert report["train_questions"] == 18 and report["held_questions"] == 6
     model, meta = load_ranker(out)
     assert meta["features"] == list(FEATURES) and meta["hidden"] == 4 and meta["report"]["loss"] == report["loss"]
-    assert meta["adapter_dim"] == model.query_adapter.dim > 0  # the query adapter, on by default
+    assert meta["adapter_dim"] == model.query_adapter.dim > 0 and report["adapter_steps"] == 20
+    assert "with a query adapter (20 steps)" in format_train_report(report, str(out))
     text = format_train_report(report, str(out))
     assert text.startswith(f"ranker written to {out}") and "held out 6 questions" in text
 
 
-def test_adapter_steps_zero_trains_the_ranker_alone(saved, tmp_path):
+def test_by_default_the_ranker_trains_alone(saved, tmp_path):
     out = tmp_path / "plain.safetensors"
     q = str(builtin_questions_path())
-    run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(out), epochs=20, hidden=0, adapter_steps=0),
-              progress=False)
+    run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(out), epochs=20, hidden=0), progress=False)
     model, meta = load_ranker(out)
     assert meta["adapter_dim"] == 0 and model.query_adapter is None
 
