@@ -209,10 +209,21 @@ def test_missing_triton_is_a_reason_not_a_crash(monkeypatch):
     def no_triton():
         raise ModuleNotFoundError("No module named 'triton'")
 
+    monkeypatch.setattr("hpengine.typing.WITH_TRITON", True)  # installed, but its import fails
     monkeypatch.setattr(_dispatch, "load_triton_kernels", no_triton)
     _dispatch.triton_kernels.cache_clear()
     try:
         assert _dispatch.triton_kernels() == (None, "ModuleNotFoundError: No module named 'triton'")
+    finally:
+        _dispatch.triton_kernels.cache_clear()
+
+
+def test_triton_not_installed_is_said_without_importing_it(monkeypatch):
+    monkeypatch.setattr("hpengine.typing.WITH_TRITON", False)
+    monkeypatch.setattr(_dispatch, "load_triton_kernels", lambda: pytest.fail("tried to import triton"))
+    _dispatch.triton_kernels.cache_clear()
+    try:
+        assert _dispatch.triton_kernels() == (None, "triton is not installed")
     finally:
         _dispatch.triton_kernels.cache_clear()
 
