@@ -17,7 +17,7 @@ setup(
     # kernels/ (C++ sources, compiled at run time) ships as data of hpengine.kernels; no __init__.py there
     packages=find_packages(include=["hpengine", "hpengine.*"]) + ["hpengine.conf", "hpengine.kernels"],
     package_dir={"hpengine.conf": "conf", "hpengine.kernels": "kernels"},
-    package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine.kernels": ["k_*.cpp", "README.md"], "hpengine": ["data/*.json", "data/rankers/*.safetensors"]},
+    package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine.kernels": ["k_*.cpp", "k_*.h", "README.md"], "hpengine": ["data/*.json", "data/rankers/*.safetensors"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=4.46",

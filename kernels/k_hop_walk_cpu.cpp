@@ -37,19 +37,9 @@
 #include <cstdint>
 #include <initializer_list>
 
-namespace {
+#include "k_vec.h"
 
-template <typename scalar_t>
-struct Vec {
-  typedef scalar_t type __attribute__((vector_size(64)));
-  static constexpr int lanes = 64 / sizeof(scalar_t);
-  static type load(const scalar_t* p) {
-    type v;
-    __builtin_memcpy(&v, p, sizeof(v));
-    return v;
-  }
-  static void store(scalar_t* p, type v) { __builtin_memcpy(p, &v, sizeof(v)); }
-};
+namespace {
 
 // acc[u] (NV vectors) = sum over the row's entries k of a_k * x[col_k, j0 + ...], in CSR order,
 // skipping the rows of x that `rows` marks zero (rows == nullptr: none).
