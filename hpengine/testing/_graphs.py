@@ -1,7 +1,8 @@
 """Synthetic hypergraphs for tests and benchmarks (fixed seeds, CPU generator, any device).
 
-Every generator returns ``(fact_entity [2, nnz], fact_passage [H], num_entities, num_passages)``,
-the arguments of :meth:`hpengine.HyperGraph.from_incidence`.
+Every hypergraph generator returns ``(fact_entity [2, nnz], fact_passage [H], num_entities,
+num_passages)``, the arguments of :meth:`hpengine.HyperGraph.from_incidence`; :func:`random_csr`
+gives a sparse matrix for the kernels' tests.
 """
 from __future__ import annotations
 
@@ -149,3 +150,25 @@ def zipf_fact_hypergraph(num_facts: int, *, seed: int = 0, max_entities: int = 4
 
 
 __all__ = ["power_law_hypergraph", "random_hypergraph", "zipf_fact_hypergraph"]
+
+
+def random_csr(rows: int, cols: int, density: float, dtype: torch.dtype, index_dtype: torch.dtype,
+               seed: int) -> Tensor:
+    """A random CSR matrix ``[rows, cols]`` on the CPU, entries in [0, 1) kept with probability
+    ``density``, row ``rows // 2`` empty, columns ascending in each row, ``index_dtype`` indices.
+
+    Example:
+        >>> m = random_csr(4, 5, 0.5, torch.float32, torch.int32, seed=0)
+        >>> m.shape, m.crow_indices().dtype, int(m.crow_indices()[3] - m.crow_indices()[2])
+        (torch.Size([4, 5]), torch.int32, 0)
+    """
+    from hpengine.sparse._incidence import csr_with_values
+
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
+    dense = (dense * (torch.rand(rows, cols, generator=g) < density)).to(dtype)
+    dense[rows // 2] = 0.0  # an empty row
+    crow = torch.zeros(rows + 1, dtype=torch.int64)
+    crow[1:] = (dense != 0).sum(1).cumsum(0)
+    nz = dense.nonzero()
+    return csr_with_values(crow.to(index_dtype), nz[:, 1].to(index_dtype), dense[nz[:, 0], nz[:, 1]], (rows, cols))

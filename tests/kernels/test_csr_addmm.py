@@ -1,7 +1,6 @@
 """The CPU kernel of the CSR x dense product (kernels/k_csr_addmm_cpu.cpp) against its PyTorch twin
 (torch.addmm) bit for bit, and the ops that use it (PPR, the hop's walk) against the PyTorch path and
 the dense references; the dispatch's modes and its no-compiler path."""
-import warnings
 
 import pytest
 import torch
@@ -11,8 +10,7 @@ from hpengine.graph import HyperGraph
 from hpengine.retrieval import hyperprove_hop, personalized_pagerank
 from hpengine.sparse import _dispatch
 from hpengine.sparse._dispatch import ENV, csr_addmm, csr_addmm_torch
-from hpengine.sparse._incidence import csr_with_values
-from hpengine.testing._graphs import random_hypergraph
+from hpengine.testing._graphs import random_csr, random_hypergraph
 from hpengine.testing.reference import dense_ppr
 
 
@@ -22,18 +20,6 @@ def kernels():
     reason = _dispatch.cpu_kernels()
     if reason is not None:
         pytest.skip(f"CPU kernels unavailable: {reason}")
-
-
-def random_csr(rows: int, cols: int, density: float, dtype, index_dtype, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
-    dense = dense * (torch.rand(rows, cols, generator=g) < density)
-    dense[rows // 2] = 0.0  # an empty row
-    with warnings.catch_warnings():  # "CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        m = dense.to(dtype).to_sparse_csr()
-    return csr_with_values(m.crow_indices().to(index_dtype), m.col_indices().to(index_dtype), m.values(),
-                           tuple(m.shape))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

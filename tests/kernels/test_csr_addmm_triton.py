@@ -7,7 +7,6 @@ with the CPU's. The kernel tests skip where triton is not installed (it is optio
 tests run everywhere.
 """
 import os
-import warnings
 
 import pytest
 import torch
@@ -17,8 +16,7 @@ from hpengine.graph import HyperGraph
 from hpengine.retrieval import personalized_pagerank
 from hpengine.sparse import _dispatch
 from hpengine.sparse._dispatch import ENV, csr_addmm
-from hpengine.sparse._incidence import csr_with_values
-from hpengine.testing._graphs import random_hypergraph
+from hpengine.testing._graphs import random_csr, random_hypergraph
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -55,19 +53,6 @@ def triton_path(kernel, monkeypatch):
         monkeypatch.setattr(_dispatch, "use_cpu_kernel", lambda device: False)
         monkeypatch.setattr(_dispatch, "use_triton_kernel", lambda device: True)
         monkeypatch.setattr(_dispatch, "triton_kernels", lambda: (kernel, None))
-
-
-def random_csr(rows: int, cols: int, density: float, dtype, index_dtype, seed: int) -> torch.Tensor:
-    """A random CSR on the CPU with one empty row (small: the interpreter runs one program per row)."""
-    g = torch.Generator().manual_seed(seed)
-    dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
-    dense = dense * (torch.rand(rows, cols, generator=g) < density)
-    dense[rows // 2] = 0.0
-    with warnings.catch_warnings():  # "CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        m = dense.to(dtype).to_sparse_csr()
-    return csr_with_values(m.crow_indices().to(index_dtype), m.col_indices().to(index_dtype), m.values(),
-                           tuple(m.shape))
 
 
 def run_kernel(kernel, mat, x, base, beta, alpha, in_place=False):

@@ -10,7 +10,7 @@ from hpengine.retrieval import hyperprove_hop
 from hpengine.retrieval._bfs import batched_bfs
 from hpengine.sparse import _dispatch
 from hpengine.sparse._dispatch import ENV
-from hpengine.testing._graphs import power_law_hypergraph, random_hypergraph
+from hpengine.testing._graphs import power_law_hypergraph, random_csr, random_hypergraph
 
 
 @pytest.fixture(scope="module")
@@ -149,19 +149,6 @@ def test_build_says_one_line_only_when_it_compiles(monkeypatch, capsys):
     monkeypatch.setattr(_dispatch, "_needs_build", lambda sources: False)
     _dispatch.build_cpu_kernels()
     assert capsys.readouterr().err == "" and loads == [_dispatch.CPU_EXTENSION] * 2
-
-
-def random_csr(rows: int, cols: int, density: float, dtype, index_dtype, seed: int) -> torch.Tensor:
-    from hpengine.sparse._incidence import csr_with_values
-
-    g = torch.Generator().manual_seed(seed)
-    dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
-    dense = (dense * (torch.rand(rows, cols, generator=g) < density)).to(dtype)
-    dense[rows // 2] = 0.0  # an empty row
-    crow = torch.zeros(rows + 1, dtype=torch.int64)
-    crow[1:] = (dense != 0).sum(1).cumsum(0)
-    nz = dense.nonzero()
-    return csr_with_values(crow.to(index_dtype), nz[:, 1].to(index_dtype), dense[nz[:, 0], nz[:, 1]], (rows, cols))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
