@@ -20,7 +20,7 @@ from hpengine.config import EncoderConfig
 from hpengine.eval import load_questions
 from hpengine.graph import Index
 from hpengine.models import Encoder
-from hpengine.nn import DifferentiableDense
+from hpengine.nn import DifferentiableDense, dense_listwise_loss
 
 
 def gold_ids(questions, index, width: int) -> torch.Tensor:
@@ -39,20 +39,6 @@ def recall(ids: torch.Tensor, gold: torch.Tensor, k: int) -> float:
     n_gold = (gold >= 0).sum(1)
     has = n_gold > 0
     return float((hit.any(1).sum(1)[has] / n_gold[has]).mean())
-
-
-def listwise_loss(retriever: DifferentiableDense, query: torch.Tensor, gold: torch.Tensor, candidates: int,
-                  temperature: float) -> torch.Tensor:
-    """``-log sum_{gold} softmax(score / T)`` over the top candidates plus the gold passages."""
-    top = retriever.search(query, candidates)  # no gradient: which passages compete
-    dup = (gold.unsqueeze(2) == top.unsqueeze(1)).any(2)  # gold already among the candidates
-    extra = torch.where(dup, torch.full_like(gold, -1), gold)
-    ids = torch.cat([top, extra], dim=1)
-    scores = retriever.score(query, ids) / temperature  # -inf at padding
-    is_gold = ((ids.unsqueeze(2) == gold.unsqueeze(1)) & (gold.unsqueeze(1) >= 0)).any(2) & (ids >= 0)
-    logp = torch.log_softmax(scores, dim=1)
-    has = is_gold.any(1)
-    return -torch.logsumexp(logp.masked_fill(~is_gold, float("-inf")), dim=1)[has].mean()
 
 
 def main(argv=None) -> dict:
@@ -92,7 +78,7 @@ def main(argv=None) -> dict:
     setup = time.perf_counter() - start
     curve = []
     for step in range(args.steps):
-        loss = listwise_loss(retriever, adapter(emb[train]), gold[train], args.candidates, args.temperature)
+        loss = dense_listwise_loss(retriever, adapter(emb[train]), gold[train], args.candidates, args.temperature)
         total = loss + args.to_identity * (adapter.weight - torch.eye(dim)).pow(2).sum()
         opt.zero_grad()
         total.backward()
