@@ -156,11 +156,11 @@ class LearnedRetriever(FusionRetriever):
         ranks = list_ranks(candidates, lists).float()  # [Q, C, L]
         rr = torch.where(ranks >= 0, 1.0 / (1.0 + ranks), torch.zeros_like(ranks))
         present = (ranks >= 0).float()
-        cos = self._cosines(question_emb, candidates, valid)
+        first = lists[:, -1, :1]  # [Q, 1] the fused first passage
+        cos, to_first = self._passage_cosines(question_emb, candidates, first, valid)
         best = cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
         gap = torch.where(valid, cos - best, torch.zeros_like(cos))
         named = self._named(candidates, questions).float() if candidates.shape[1] else cos * 0
-        first = lists[:, -1, :1]  # [Q, 1] the fused first passage
         linked = self._linked_from(first, candidates).float()
         rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
         linked_next = self._linked_from(lists[:, -1, 1:3], candidates).float()
@@ -168,20 +168,25 @@ class LearnedRetriever(FusionRetriever):
         fact_cos = self._fact_cosines(question_emb, candidates, valid)
         fact_best = fact_cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
         fact_gap = torch.where(valid, fact_cos - fact_best, torch.zeros_like(fact_cos))
-        to_first = self._cosine_to(candidates, first, valid)
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
         features = torch.cat([rr, present, torch.stack(extra, dim=-1)], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
-    def _cosines(self, question_emb: Tensor, candidates: Tensor, valid: Tensor) -> Tensor:
-        """float32 ``[Q, C]``: cosine of each candidate passage to its question (0 without passage
-        embeddings, and for padding)."""
+    def _passage_cosines(self, question_emb: Tensor, candidates: Tensor, first: Tensor,
+                         valid: Tensor) -> tuple[Tensor, Tensor]:
+        """float32 ``[Q, C]`` twice: each candidate passage's cosine to its question, and to its
+        question's ``first`` ``[Q, 1]`` passage (0 without passage embeddings, and for padding).
+        The candidates' embeddings are gathered once for both."""
         emb = self.steps.index.passage_emb
         if emb is None:
-            return torch.zeros(candidates.shape, device=candidates.device)
+            zeros = torch.zeros(candidates.shape, device=candidates.device)
+            return zeros, zeros.clone()
         rows = emb.index_select(0, candidates.clamp_min(0).reshape(-1)).view(*candidates.shape, -1).float()
+        anchor = emb.index_select(0, first.clamp_min(0).reshape(-1)).float()  # [Q, D]
         cos = torch.einsum("qd,qcd->qc", question_emb.float(), rows)
-        return torch.where(valid, cos, torch.zeros_like(cos))
+        to_first = torch.einsum("qd,qcd->qc", anchor, rows)
+        return (torch.where(valid, cos, torch.zeros_like(cos)),
+                torch.where(valid & (first >= 0), to_first, torch.zeros_like(to_first)))
 
     def _linked_from(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """bool ``[Q, C]``: whether one of the question's ``anchors`` ``[Q, A]`` links to each candidate."""
@@ -208,14 +213,3 @@ class LearnedRetriever(FusionRetriever):
         best = torch.full((q * c,), float("-inf"), device=candidates.device)
         best = best.scatter_reduce(0, at, sims, reduce="amax", include_self=True).view(q, c)
         return torch.where(valid & torch.isfinite(best), best, torch.zeros_like(best))
-
-    def _cosine_to(self, candidates: Tensor, first: Tensor, valid: Tensor) -> Tensor:
-        """float32 ``[Q, C]``: each candidate passage's cosine to its question's ``first`` ``[Q, 1]``
-        passage (0 without passage embeddings, and for padding)."""
-        emb = self.steps.index.passage_emb
-        if emb is None:
-            return torch.zeros(candidates.shape, device=candidates.device)
-        rows = emb.index_select(0, candidates.clamp_min(0).reshape(-1)).view(*candidates.shape, -1).float()
-        anchor = emb.index_select(0, first.clamp_min(0).reshape(-1)).float()  # [Q, D]
-        cos = torch.einsum("qd,qcd->qc", anchor, rows)
-        return torch.where(valid & (first >= 0), cos, torch.zeros_like(cos))
