@@ -162,7 +162,7 @@ def random_csr(rows: int, cols: int, density: float, dtype: torch.dtype, index_d
         >>> m.shape, m.crow_indices().dtype, int(m.crow_indices()[3] - m.crow_indices()[2])
         (torch.Size([4, 5]), torch.int32, 0)
     """
-    from hpengine.sparse._incidence import csr_with_values
+    from hpengine.sparse import csr_with_values
 
     g = torch.Generator().manual_seed(seed)
     dense = torch.rand(rows, cols, generator=g, dtype=torch.float64)
