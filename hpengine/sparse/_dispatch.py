@@ -17,6 +17,8 @@ dense product of PPR's iteration and of the hop's walk on the CPU (bench_ppr, H 
 thread). On CUDA the same product goes to the Triton kernel (``kernels/k_csr_addmm_triton.py``)
 only with ``on``: it sums in the CPU's order, and ``auto`` keeps torch.addmm's (cuSPARSE's) bits
 there. Everything else (autograd through the product, broadcast ``input``) stays on ``torch.addmm``.
+The local blocks of ``T_s`` go to their Triton kernel (``kernels/k_local_blocks_triton.py``) on CUDA
+likewise only with ``on`` (:func:`use_blocks_kernel`); the hop's BFS on CUDA stays on PyTorch.
 The local blocks of ``T_s`` and the hop's BFS on them (``kernels/k_local_blocks_cpu.cpp``) and the hop's
 walk steps on a plain incidence (``kernels/k_hop_walk_cpu.cpp``: :func:`walk_product`, :func:`walk_step`)
 take the CPU kernels in the same cases (bench_hop, H = 100k, one thread).
@@ -48,6 +50,8 @@ CPU_EXTENSION = "hpengine_cpu_kernels"
 CPU_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-march=native")
 #: the Triton kernel of the same product on CUDA (kernels/k_csr_addmm_triton.py; needs triton)
 TRITON_SOURCE = "k_csr_addmm_triton.py"
+#: the Triton kernel of the local blocks of T_s on CUDA (kernels/k_local_blocks_triton.py; needs triton)
+TRITON_BLOCKS_SOURCE = "k_local_blocks_triton.py"
 
 _log = logging.getLogger(__name__)
 
@@ -171,32 +175,52 @@ def use_cpu_kernel(device: torch.device) -> bool:
     return reason is None
 
 
-def load_triton_kernels():
-    """Import ``kernels/k_csr_addmm_triton.py`` by path (``kernels/`` is not a Python package) and
-    return the module; raises ImportError without triton. Each call imports it afresh."""
+def load_triton_kernels(source: str = TRITON_SOURCE):
+    """Import ``kernels/<source>`` (default ``k_csr_addmm_triton.py``) by path (``kernels/`` is not a
+    Python package) and return the module; raises ImportError without triton. Each call imports it afresh."""
     import importlib.util
 
     folder = kernel_sources()
-    if folder is None or not (folder / TRITON_SOURCE).is_file():
-        raise FileNotFoundError(f"kernels/{TRITON_SOURCE} not found beside the package or as hpengine.kernels")
-    spec = importlib.util.spec_from_file_location("hpengine_k_csr_addmm_triton", folder / TRITON_SOURCE)
+    if folder is None or not (folder / source).is_file():
+        raise FileNotFoundError(f"kernels/{source} not found beside the package or as hpengine.kernels")
+    spec = importlib.util.spec_from_file_location(f"hpengine_{Path(source).stem}", folder / source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@functools.lru_cache(maxsize=None)
-def triton_kernels() -> tuple[object | None, str | None]:
-    """The Triton kernels' module, loaded once per process, and ``None``; or ``None`` and the reason
-    (one line) it cannot load."""
+def _load_triton(load) -> tuple[object | None, str | None]:
+    """``(load(), None)``, or ``None`` and the reason (one line) triton or the kernel cannot load."""
     from hpengine.typing import WITH_TRITON
 
     if not WITH_TRITON:
         return None, "triton is not installed"
     try:
-        return load_triton_kernels(), None
+        return load(), None
     except Exception as exc:  # triton is optional: not installed, or a broken install
         return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+@functools.lru_cache(maxsize=None)
+def triton_kernels() -> tuple[object | None, str | None]:
+    """The Triton product's module (``kernels/k_csr_addmm_triton.py``), loaded once per process, and
+    ``None``; or ``None`` and the reason (one line) it cannot load."""
+    return _load_triton(lambda: load_triton_kernels())
+
+
+@functools.lru_cache(maxsize=None)
+def triton_blocks_kernel() -> tuple[object | None, str | None]:
+    """The Triton local blocks' module (``kernels/k_local_blocks_triton.py``), loaded once per
+    process, and ``None``; or ``None`` and the reason (one line) it cannot load."""
+    return _load_triton(lambda: load_triton_kernels(TRITON_BLOCKS_SOURCE))
+
+
+def _require_triton(loaded: tuple[object | None, str | None]) -> bool:
+    module, reason = loaded
+    if module is None:
+        raise UserError(f"{ENV}=on but the Triton kernels are unavailable: {reason[:200]} "
+                        f"(pip install triton, or set {ENV}=off or auto for the PyTorch path)")
+    return True
 
 
 def use_triton_kernel(device: torch.device) -> bool:
@@ -205,11 +229,17 @@ def use_triton_kernel(device: torch.device) -> bool:
     CUDA (cuSPARSE) sums in its own, so by default (``auto``) CUDA products keep torch.addmm's bits."""
     if device.type != "cuda" or kernel_mode() != "on":
         return False
-    module, reason = triton_kernels()
-    if module is None:
-        raise UserError(f"{ENV}=on but the Triton kernels are unavailable: {reason[:200]} "
-                        f"(pip install triton, or set {ENV}=off or auto for the PyTorch path)")
-    return True
+    return _require_triton(triton_kernels())
+
+
+def use_triton_blocks_kernel(device: torch.device) -> bool:
+    """Whether the local blocks of ``T_s`` on ``device`` go to the Triton kernel
+    (``kernels/k_local_blocks_triton.py``): CUDA with :data:`ENV` ``on`` only (raises a UserError when
+    triton cannot load). Its sums are the CPU kernel's, in the PyTorch join's order; whether the GPU
+    keeps those bits is not yet checked on a GPU, so by default (``auto``) CUDA keeps the join."""
+    if device.type != "cuda" or kernel_mode() != "on":
+        return False
+    return _require_triton(triton_blocks_kernel())
 
 
 def _kernel_applies(input: Tensor, mat: Tensor, x: Tensor, out: Tensor | None) -> bool:
@@ -260,6 +290,15 @@ def use_join_kernel(device: torch.device, dtype: torch.dtype) -> bool:
     return use_cpu_kernel(device)
 
 
+def use_blocks_kernel(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether :func:`local_blocks_into` serves the local blocks of ``T_s`` on ``device``: the CPU
+    kernel where :func:`use_join_kernel` says so, or on CUDA with :data:`ENV` ``on`` the Triton kernel
+    (float32/float64). The hop's BFS on the blocks (:func:`local_bfs`) is the CPU kernel's alone."""
+    if dtype not in (torch.float32, torch.float64):
+        return False
+    return use_join_kernel(device, dtype) or use_triton_blocks_kernel(device)
+
+
 def _require_cpu_kernels() -> None:
     """Build (once) the CPU kernels for a direct call; a UserError when they are unavailable."""
     reason = cpu_kernels()
@@ -268,8 +307,9 @@ def _require_cpu_kernels() -> None:
 
 
 def local_blocks_into(ids: Tensor, rows: Tensor, crow: Tensor, col: Tensor, inv_degree: Tensor, out: Tensor) -> Tensor:
-    """Fill ``out`` with the row-normalised local blocks of ``T_s`` (the CPU kernel; the PyTorch twin
-    is ``TransitionOperator._join_into``, equal bit for bit).
+    """Fill ``out`` with the row-normalised local blocks of ``T_s`` (the CPU kernel; on CUDA with
+    :data:`ENV` ``on`` the Triton kernel; the PyTorch twin is ``TransitionOperator._join_into``, equal
+    bit for bit).
 
     Args:
         ids: int64 ``[Q, M]`` fact ids, ``-1`` padding. rows: int64 ``[Q, M]`` each slot's row of
@@ -280,6 +320,9 @@ def local_blocks_into(ids: Tensor, rows: Tensor, crow: Tensor, col: Tensor, inv_
     Shapes:
         ``[Q, M], [Q, M], [R + 1], [nnz], [C] -> [Q, M, M]``.
     """
+    if use_triton_blocks_kernel(ids.device):  # kernels/k_local_blocks_triton.py, the same sums and order
+        triton_blocks_kernel()[0].local_blocks_out(ids.contiguous(), rows.contiguous(), crow, col, inv_degree, out)
+        return out
     _require_cpu_kernels()
     torch.ops.hpengine.local_blocks_out(ids.contiguous(), rows.contiguous(), crow, col, inv_degree, out)
     return out
@@ -424,7 +467,8 @@ def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0,
     return torch.addmm(input, mat, x, beta=beta, alpha=alpha, out=out)
 
 
-__all__ = ["CPU_EXTENSION", "CPU_SOURCE", "CPU_SOURCES", "ENV", "MODES", "TRITON_SOURCE", "build_cpu_kernels",
-           "cpu_kernels", "csr_addmm", "csr_addmm_torch", "kernel_mode", "kernel_sources", "load_triton_kernels",
-           "local_bfs", "local_blocks_into", "triton_kernels", "use_cpu_kernel", "use_join_kernel", "use_triton_kernel",
+__all__ = ["CPU_EXTENSION", "CPU_SOURCE", "CPU_SOURCES", "ENV", "MODES", "TRITON_BLOCKS_SOURCE", "TRITON_SOURCE",
+           "build_cpu_kernels", "cpu_kernels", "csr_addmm", "csr_addmm_torch", "kernel_mode", "kernel_sources",
+           "load_triton_kernels", "local_bfs", "local_blocks_into", "triton_blocks_kernel", "triton_kernels",
+           "use_blocks_kernel", "use_cpu_kernel", "use_join_kernel", "use_triton_blocks_kernel", "use_triton_kernel",
            "walk_product", "walk_product_torch", "walk_step", "walk_step_torch"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hpengine.sparse._dispatch import local_bfs, local_blocks_into, use_join_kernel
+from hpengine.sparse._dispatch import local_bfs, local_blocks_into, use_blocks_kernel, use_join_kernel
 from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence
 from hpengine.sparse._incidence import csr_from_sorted_pairs, inverse_or_zero, node_degree, transpose_csr
 
@@ -178,7 +178,9 @@ class TransitionOperator:
         per call (entry and pair counts; twice more when the pairs are sliced) and materialises
         the pairs in slices of at most ``max_pairs``. On the CPU the compiled kernel
         (``kernels/k_local_blocks_cpu.cpp``, chosen by :mod:`hpengine.sparse._dispatch`) forms the same
-        sums in the same order per question, with no pairs materialised and no host sync.
+        sums in the same order per question, with no pairs materialised and no host sync; on CUDA with
+        ``HPENGINE_KERNELS=on`` the Triton kernel (``kernels/k_local_blocks_triton.py``) forms them too
+        (one host sync, for the most columns of one slot).
 
         Args:
             idx: int64 ``[Q, M]`` fact ids, ``-1`` for padding.
@@ -211,7 +213,8 @@ class TransitionOperator:
             if out.shape != (num_q, m, m) or out.dtype != self.dtype or out.device != dev or not out.is_contiguous():
                 raise ValueError(f"out must be a contiguous [{num_q}, {m}, {m}] {self.dtype} tensor on {dev} "
                                  f"(got {tuple(out.shape)} {out.dtype} on {out.device})")
-        if num_q * m and self.uses_join_kernel():  # the CPU kernel (kernels/k_local_blocks_cpu.cpp)
+        # the CPU kernel (kernels/k_local_blocks_cpu.cpp); on CUDA with HPENGINE_KERNELS=on the Triton one
+        if num_q * m and use_blocks_kernel(self.device, self.dtype):
             local_blocks_into(idx, *self._join_operands(idx), self.inv_degree, out)
         elif num_q * m:
             if given:
