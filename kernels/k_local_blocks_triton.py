@@ -1,6 +1,7 @@
-"""Local blocks of T_s for the hop on CUDA (Triton, compiled on first use).
+"""Local blocks of T_s and the BFS frontier step on them, for the hop on CUDA (Triton, compiled on first use).
 
     out[q] = T*(ids[q])        ids: [Q, M] fact ids (-1 padding), out: [Q, M, M]
+    hit = expand_frontier(adjacency, reached, reverse)      [Q, M, M], [Q, M, B] bool -> [Q, M, B] bool
 
 Equivalent PyTorch (the twin it is tested against, tests/kernels/test_local_blocks_triton.py)::
 
@@ -33,6 +34,14 @@ with every slot's columns (the question's ``E x M`` block, no sort or hash per q
 ``O(E_i * E * M)`` per row, where the PyTorch join's is the number of (slot, slot, column) pairs;
 the speed against that join on a GPU is not measured yet.
 
+``frontier_hits_out`` is one round of the level-synchronous BFS of ``batched_bfs``
+(hpengine/retrieval/_bfs.py) on a thresholded block: slot ``i`` is hit when some edge
+``adjacency[q, i, j] > 0`` ends in a reached ``j`` (``reverse``), or when some reached ``i`` has an
+edge to it (forwards). Its twin is the batched product ``bmm(adjacency, reached) > 0``; with entries
+``>= 0`` a sum is ``> 0`` exactly when one of its terms is, so the kernel tests the edges as booleans
+and reads the block once per round without a product. One program computes a tile of ``BLOCK_O``
+slots of one question and search, reading the block a ``[BLOCK_O, BLOCK_K]`` tile at a time.
+
 This file needs triton; hpengine/sparse/_dispatch.py imports it (by path: ``kernels/`` is not a
 Python package) only when a block asks for it. Under ``TRITON_INTERPRET=1`` (set before this file is
 imported) the same kernel runs on CPU tensors in Triton's interpreter, which is how
@@ -52,7 +61,7 @@ MAX_TILE = 8192
 #: tests/kernels/test_local_blocks_triton.py checks in the generated PTX
 COMPILE_OPTIONS = {"enable_fp_fusion": False}
 
-__all__ = ["COMPILE_OPTIONS", "MAX_BLOCK_J", "MAX_TILE", "local_blocks_out", "slot_columns"]
+__all__ = ["COMPILE_OPTIONS", "MAX_BLOCK_J", "MAX_TILE", "frontier_hits_out", "local_blocks_out", "slot_columns"]
 
 
 # The kernel's reductions: tl.reduce with these, not tl.sum / tl.max, which are jit functions of
@@ -207,4 +216,70 @@ def local_blocks_out(ids: torch.Tensor, rows: torch.Tensor, crow: torch.Tensor, 
     _local_blocks_kernel[grid](ids, cols, count, inv_degree, out, m, e_max, BLOCK_E=block_e, BLOCK_J=block,
                                IS_FP32=out.dtype == torch.float32, num_warps=max(1, min(8, block * block_e // 1024)),
                                **COMPILE_OPTIONS)
+    return out
+
+
+@triton.jit
+def _frontier_hits_kernel(
+    adj_ptr,  # [Q, M, M] float32 or float64, any strides; an edge is an entry > 0
+    reached_ptr,  # [Q, M, B] uint8 (a bool tensor's bytes), contiguous
+    hit_ptr,  # [Q, M, B] uint8, contiguous; every entry written
+    m,  # int: M
+    num_b,  # int: B, searches
+    stride_q, stride_i, stride_j,  # adjacency's strides (elements)
+    REVERSE: tl.constexpr,  # hit i when an edge i -> j ends in a reached j; else j when a reached i has i -> j
+    BLOCK_O: tl.constexpr,  # output slots per program, a power of 2
+    BLOCK_K: tl.constexpr,  # slots read per step of the loop, a power of 2
+):
+    q = tl.program_id(0).to(tl.int64)
+    b = tl.program_id(2)
+    oo = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    in_tile = oo < m
+    adj_q = adj_ptr + q * stride_q
+    state_q = q * m * num_b + b
+    hit = tl.full([BLOCK_O], 0, tl.int32)
+    for t in range(0, m, BLOCK_K):
+        kk = t + tl.arange(0, BLOCK_K)
+        reached = tl.load(reached_ptr + state_q + kk * num_b, mask=kk < m, other=0).to(tl.int32)  # [BLOCK_K]
+        mask = in_tile[:, None] & (kk < m)[None, :]
+        if REVERSE:  # rows oo of the block, columns kk
+            edge = tl.load(adj_q + oo[:, None] * stride_i + kk[None, :] * stride_j, mask=mask, other=0.0) > 0
+        else:  # columns oo of the block, rows kk
+            edge = tl.load(adj_q + kk[None, :] * stride_i + oo[:, None] * stride_j, mask=mask, other=0.0) > 0
+        hit = tl.maximum(hit, tl.reduce(edge.to(tl.int32) * reached[None, :], 1, _MAX))
+    tl.store(hit_ptr + state_q + oo * num_b, hit.to(tl.uint8), mask=in_tile)
+
+
+def frontier_hits_out(adjacency: torch.Tensor, reached: torch.Tensor, reverse: bool, out: torch.Tensor) -> torch.Tensor:
+    """One BFS round's hits into ``out``: ``out[q, i, b]`` is whether slot ``i`` is one edge
+    (``adjacency > 0``) from a reached slot of search ``b`` (``reverse``: an edge ``i -> j`` to a reached
+    ``j``; forwards: an edge ``j -> i`` from a reached ``j``). Equivalent PyTorch (``batched_bfs``'s
+    round): ``bmm(adjacency, reached.to(adjacency.dtype)) > 0`` (``reverse``), else
+    ``bmm(reached.transpose(1, 2).to(adjacency.dtype), adjacency).transpose(1, 2) > 0``.
+
+    Shapes:
+        adjacency ``[Q, M, M]`` float32/float64, reached and out bool ``[Q, M, B]`` -> out.
+    """
+    if adjacency.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"adjacency must be float32 or float64 (got {adjacency.dtype})")
+    if reached.dtype != torch.bool or out.dtype != torch.bool:
+        raise TypeError(f"reached and out must be bool (got {reached.dtype}, {out.dtype})")
+    num_q, m = adjacency.shape[:2]
+    if adjacency.shape != (num_q, m, m) or reached.ndim != 3 or reached.shape[:2] != (num_q, m) \
+            or out.shape != reached.shape:
+        raise ValueError(f"expected adjacency [Q, M, M], reached and out [Q, M, B] "
+                         f"(got {tuple(adjacency.shape)}, {tuple(reached.shape)}, {tuple(out.shape)})")
+    if not (reached.is_contiguous() and out.is_contiguous()):
+        raise ValueError("reached and out must be contiguous (got a strided one)")
+    if len({adjacency.device, reached.device, out.device}) != 1:
+        raise ValueError(f"all tensors must be on one device (got {adjacency.device}, {reached.device}, {out.device})")
+    num_b = reached.shape[2]
+    if num_q * m * num_b == 0:
+        return out
+    block_o = min(max(triton.next_power_of_2(m), 16), 64)
+    block_k = min(max(triton.next_power_of_2(m), 16), 128)
+    grid = (num_q, triton.cdiv(m, block_o), num_b)
+    _frontier_hits_kernel[grid](adjacency, reached.view(torch.uint8), out.view(torch.uint8), m, num_b,
+                                *adjacency.stride(), REVERSE=bool(reverse), BLOCK_O=block_o, BLOCK_K=block_k,
+                                num_warps=4)
     return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hpengine.sparse import expand_frontier
+
 
 def batched_bfs(adjacency: Tensor, sources: Tensor, depth: int, *, reverse: bool = False) -> Tensor:
     """Hop distances from (or, with ``reverse``, to) a set of source slots, at most ``depth`` hops.
@@ -12,7 +14,8 @@ def batched_bfs(adjacency: Tensor, sources: Tensor, depth: int, *, reverse: bool
     comparison, so the loop runs over rounds, never over questions; it always runs ``depth``
     rounds (no data-dependent early exit, so no host sync). ``B`` independent searches over the
     same block share each read of it (the hop runs its two searches this way when the block is
-    symmetric).
+    symmetric). On CUDA with ``HPENGINE_KERNELS=on`` a Triton kernel tests the edges of each round
+    without the product (:func:`hpengine.sparse.expand_frontier`: the same distances).
 
     Args:
         adjacency: ``[Q, M, M]`` floating block; an edge ``i -> j`` is ``adjacency[q, i, j] > 0``
@@ -50,11 +53,8 @@ def batched_bfs(adjacency: Tensor, sources: Tensor, depth: int, *, reverse: bool
     reached = reached.clone()
     distance = torch.where(reached, 0, -1)
     for step in range(1, depth + 1):  # rounds, never questions
-        frontier = reached.to(adjacency.dtype)
-        if reverse:  # i is one hop closer when some edge i -> j ends in a reached j
-            hit = torch.bmm(adjacency, frontier) > 0
-        else:  # j is reached when some reached i has an edge i -> j
-            hit = torch.bmm(frontier.transpose(1, 2), adjacency).transpose(1, 2) > 0
+        # a batched product (on CUDA with HPENGINE_KERNELS=on the Triton kernel, hpengine.sparse)
+        hit = expand_frontier(adjacency, reached, reverse=reverse)
         new = hit & ~reached
         distance.masked_fill_(new, step)
         reached |= new

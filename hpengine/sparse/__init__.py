@@ -13,7 +13,7 @@ from hpengine.sparse._incidence import (
 from hpengine.sparse._factored import SparseChain, expanded_rows, factored_incidence, row_pairs, scaled_csr
 from hpengine.sparse._sort import sort_keys, sorted_contains, unique_keys
 from hpengine.sparse._transition import TransitionOperator
-from hpengine.sparse._dispatch import walk_product, walk_step
+from hpengine.sparse._dispatch import expand_frontier, walk_product, walk_step
 
 __all__ = [
     "SparseChain",
@@ -24,6 +24,7 @@ __all__ = [
     "csr_from_sorted_pairs",
     "csr_index_dtype",
     "csr_with_values",
+    "expand_frontier",
     "expanded_rows",
     "factored_incidence",
     "gather_csr_rows",

@@ -17,8 +17,9 @@ dense product of PPR's iteration and of the hop's walk on the CPU (bench_ppr, H 
 thread). On CUDA the same product goes to the Triton kernel (``kernels/k_csr_addmm_triton.py``)
 only with ``on``: it sums in the CPU's order, and ``auto`` keeps torch.addmm's (cuSPARSE's) bits
 there. Everything else (autograd through the product, broadcast ``input``) stays on ``torch.addmm``.
-The local blocks of ``T_s`` go to their Triton kernel (``kernels/k_local_blocks_triton.py``) on CUDA
-likewise only with ``on`` (:func:`use_blocks_kernel`); the hop's BFS on CUDA stays on PyTorch.
+The local blocks of ``T_s`` and the BFS rounds on them go to their Triton kernels
+(``kernels/k_local_blocks_triton.py``) on CUDA likewise only with ``on`` (:func:`use_blocks_kernel`,
+:func:`expand_frontier`).
 The local blocks of ``T_s`` and the hop's BFS on them (``kernels/k_local_blocks_cpu.cpp``) and the hop's
 walk steps on a plain incidence (``kernels/k_hop_walk_cpu.cpp``: :func:`walk_product`, :func:`walk_step`)
 take the CPU kernels in the same cases (bench_hop, H = 100k, one thread).
@@ -293,10 +294,38 @@ def use_join_kernel(device: torch.device, dtype: torch.dtype) -> bool:
 def use_blocks_kernel(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether :func:`local_blocks_into` serves the local blocks of ``T_s`` on ``device``: the CPU
     kernel where :func:`use_join_kernel` says so, or on CUDA with :data:`ENV` ``on`` the Triton kernel
-    (float32/float64). The hop's BFS on the blocks (:func:`local_bfs`) is the CPU kernel's alone."""
+    (float32/float64). The BFS without the blocks (:func:`local_bfs`) is the CPU kernel's alone; on
+    CUDA the hop forms the blocks and runs ``batched_bfs`` on them (:func:`expand_frontier`)."""
     if dtype not in (torch.float32, torch.float64):
         return False
     return use_join_kernel(device, dtype) or use_triton_blocks_kernel(device)
+
+
+def expand_frontier(adjacency: Tensor, reached: Tensor, *, reverse: bool) -> Tensor:
+    """One round of the level-synchronous BFS (``hpengine.retrieval.batched_bfs``): the slots one
+    edge (an entry ``> 0``) from a reached slot, following edges backwards with ``reverse``.
+
+    On CUDA with :data:`ENV` ``on`` the Triton kernel (``kernels/k_local_blocks_triton.py``) tests the
+    edges as booleans; the twin (:func:`expand_frontier_torch`) is one batched product and a
+    comparison. They agree exactly where the entries are ``>= 0`` and finite, as the BFS requires.
+
+    Shapes:
+        adjacency ``[Q, M, M]``, reached bool ``[Q, M, B]`` -> bool ``[Q, M, B]``.
+    """
+    if adjacency.dtype in (torch.float32, torch.float64) and use_triton_blocks_kernel(adjacency.device):
+        out = torch.empty(reached.shape, dtype=torch.bool, device=reached.device)
+        triton_blocks_kernel()[0].frontier_hits_out(adjacency, reached.contiguous(), bool(reverse), out)
+        return out
+    return expand_frontier_torch(adjacency, reached, reverse=reverse)
+
+
+def expand_frontier_torch(adjacency: Tensor, reached: Tensor, *, reverse: bool) -> Tensor:
+    """The PyTorch path of :func:`expand_frontier` (the kernel's twin)."""
+    frontier = reached.to(adjacency.dtype)
+    if reverse:  # i is one hop closer when some edge i -> j ends in a reached j
+        return torch.bmm(adjacency, frontier) > 0
+    # j is reached when some reached i has an edge i -> j
+    return torch.bmm(frontier.transpose(1, 2), adjacency).transpose(1, 2) > 0
 
 
 def _require_cpu_kernels() -> None:
@@ -468,7 +497,7 @@ def csr_addmm_torch(input: Tensor, mat: Tensor, x: Tensor, *, beta: float = 1.0,
 
 
 __all__ = ["CPU_EXTENSION", "CPU_SOURCE", "CPU_SOURCES", "ENV", "MODES", "TRITON_BLOCKS_SOURCE", "TRITON_SOURCE",
-           "build_cpu_kernels", "cpu_kernels", "csr_addmm", "csr_addmm_torch", "kernel_mode", "kernel_sources",
+           "build_cpu_kernels", "cpu_kernels", "csr_addmm", "csr_addmm_torch", "expand_frontier", "expand_frontier_torch", "kernel_mode", "kernel_sources",
            "load_triton_kernels", "local_bfs", "local_blocks_into", "triton_blocks_kernel", "triton_kernels",
            "use_blocks_kernel", "use_cpu_kernel", "use_join_kernel", "use_triton_blocks_kernel", "use_triton_kernel",
            "walk_product", "walk_product_torch", "walk_step", "walk_step_torch"]

@@ -1,6 +1,6 @@
-"""The Triton kernel of the hop's local blocks (kernels/k_local_blocks_triton.py) against its PyTorch
-twin (TransitionOperator._join_into) bit for bit, a hop with it against the PyTorch path, and the
-dispatch's modes for it.
+"""The Triton kernels of the hop's local blocks and BFS rounds (kernels/k_local_blocks_triton.py)
+against their PyTorch twins (TransitionOperator._join_into bit for bit; the BFS round's batched
+product), a hop with them against the PyTorch path, and the dispatch's modes for them.
 
 Without a GPU the kernel runs on CPU tensors in Triton's interpreter (``TRITON_INTERPRET=1``, set
 while this module's tests run), which runs one program at a time in Python: the graphs here are
@@ -17,7 +17,7 @@ from hpengine.errors import UserError
 from hpengine.graph import HyperGraph
 from hpengine.retrieval import hyperprove_hop
 from hpengine.sparse import TransitionOperator, _dispatch
-from hpengine.sparse._dispatch import ENV
+from hpengine.sparse._dispatch import ENV, expand_frontier_torch
 from hpengine.testing._graphs import power_law_hypergraph, random_csr, random_hypergraph
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -160,6 +160,38 @@ def test_empty_and_bad_arguments(kernel):
         kernel.local_blocks_out(ids, ids, crow, col, inv, torch.empty(3, 3, 2, device=DEVICE).permute(2, 0, 1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("num_q, m, num_b", [(3, 5, 1), (2, 37, 2), (1, 150, 2)])  # 37, 150: several tiles
+def test_frontier_hits_equal_the_bfs_product(kernel, dtype, num_q, m, num_b):
+    """One BFS round, both directions, on thresholded blocks and on their transposed views (strides)."""
+    g = torch.Generator().manual_seed(m)
+    block = torch.rand(num_q, m, m, generator=g, dtype=torch.float64).to(dtype)
+    block = torch.nn.functional.threshold(block, 0.9, 0.0)
+    block[0, 0] = 0.0  # a slot with no edge out
+    block[:, 1, 2] = block[:, 3, 1] = 1.0  # an edge out of and one into the reached slot 1
+    reached = torch.rand(num_q, m, num_b, generator=g) < 0.2
+    reached[:, 1] = True
+    for adjacency in (block, block.transpose(1, 2)):
+        for reverse in (True, False):
+            want = expand_frontier_torch(adjacency, reached, reverse=reverse)
+            out = torch.empty(reached.shape, dtype=torch.bool, device=DEVICE)
+            kernel.frontier_hits_out(adjacency.to(DEVICE), reached.to(DEVICE), reverse, out)
+            assert want.any() and torch.equal(out.cpu(), want), reverse
+
+
+def test_frontier_hits_bad_arguments(kernel):
+    adjacency, reached = torch.rand(2, 4, 4, device=DEVICE), torch.zeros(2, 4, 1, dtype=torch.bool, device=DEVICE)
+    out = torch.empty_like(reached)
+    with pytest.raises(TypeError, match="adjacency must be float32 or float64"):
+        kernel.frontier_hits_out(adjacency.half(), reached, True, out)
+    with pytest.raises(TypeError, match="reached and out must be bool"):
+        kernel.frontier_hits_out(adjacency, reached.float(), True, out)
+    with pytest.raises(ValueError, match=r"expected adjacency \[Q, M, M\]"):
+        kernel.frontier_hits_out(adjacency, reached[:, :3], True, out)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        kernel.frontier_hits_out(adjacency, reached.expand(2, 4, 3), True, torch.empty_like(reached.expand(2, 4, 3)))
+
+
 @pytest.mark.parametrize("value", ["fp32", "fp64"])
 def test_compiled_kernel_has_no_fma(monkeypatch, value):
     """What the interpreter cannot show: compiled for CUDA (sm_90, no GPU needed: triton ships
@@ -212,21 +244,22 @@ def test_local_blocks_through_the_dispatch(kernel, triton_path, monkeypatch):
 
 
 def test_hop_with_triton_blocks_equals_torch_path(kernel, triton_path, monkeypatch):
-    """Two hops with the blocks from the kernel (the BFS on PyTorch) against HPENGINE_KERNELS=off."""
+    """Two hops with the blocks and the BFS rounds from the kernels against HPENGINE_KERNELS=off."""
     graph = HyperGraph.from_incidence(*random_hypergraph(3, num_facts=40, num_entities=12, num_passages=8, nnz=70))
     g = torch.Generator().manual_seed(3)
     facts, queries = torch.randn(graph.num_facts, 8, generator=g), torch.randn(5, 8, generator=g)
     kw = dict(num_seeds=3, subgraph_size=10, top_k=3, theta=0.02, query_chunk_size=3)
-    calls = []
-    run = kernel.local_blocks_out
+    calls, rounds = [], []
+    run, step = kernel.local_blocks_out, kernel.frontier_hits_out
     monkeypatch.setattr(kernel, "local_blocks_out", lambda *args: calls.append(1) or run(*args))
+    monkeypatch.setattr(kernel, "frontier_hits_out", lambda *args: rounds.append(1) or step(*args))
     out = {}
     for mode in ("on", "off"):
         monkeypatch.setenv(ENV, mode)
         dev_graph, dev_facts, dev_queries = (x.to(DEVICE) for x in (graph, facts, queries))
         first = hyperprove_hop(dev_graph, dev_facts, dev_queries, **kw)
         out[mode] = [first, hyperprove_hop(dev_graph, dev_facts, dev_queries, first.frontier, **kw)]
-    assert len(calls) == 4  # two chunks per hop, with "on" only
+    assert len(calls) == 4 and rounds  # two chunks per hop, with "on" only
     assert (out["on"][1].distance >= 1).any()
     for a, b in zip(out["off"], out["on"]):
         for x, y in zip(a, b):
@@ -250,7 +283,8 @@ def test_on_sends_cuda_blocks_to_triton_never_cpu_ones(monkeypatch):
     monkeypatch.setenv(ENV, "on")
     assert _dispatch.use_blocks_kernel(torch.device("cuda", 0), torch.float64) is True
     assert _dispatch.use_blocks_kernel(torch.device("cpu"), torch.float32) is False
-    assert _dispatch.use_join_kernel(torch.device("cuda", 0), torch.float32) is False  # the BFS stays on PyTorch
+    # the BFS without the blocks is the CPU kernel's alone: on CUDA the hop forms them (batched_bfs)
+    assert _dispatch.use_join_kernel(torch.device("cuda", 0), torch.float32) is False
 
 
 def test_on_without_triton_is_an_error(monkeypatch):
@@ -273,3 +307,13 @@ def test_missing_blocks_source_is_a_reason_not_a_crash(monkeypatch):
             None, "FileNotFoundError: kernels/k_local_blocks_triton.py not found beside the package or as hpengine.kernels")
     finally:
         _dispatch.triton_blocks_kernel.cache_clear()
+
+
+def test_cpu_bfs_rounds_never_load_triton(monkeypatch):
+    """A CPU block's BFS round is the batched product in every mode, triton installed or not."""
+    monkeypatch.setattr(_dispatch, "triton_blocks_kernel", lambda: pytest.fail("triton loaded for a CPU block"))
+    block = torch.tensor([[[0.0, 0.5], [0.0, 0.0]]])
+    reached = torch.tensor([[[True], [False]]])
+    for mode in ("auto", "on", "off"):
+        monkeypatch.setenv(ENV, mode)
+        assert _dispatch.expand_frontier(block, reached, reverse=False).view(-1).tolist() == [False, True]
