@@ -14,10 +14,10 @@ setup(
     long_description=(ROOT / "README.md").read_text(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # kernels/ (C++ sources, compiled at run time) ships as data of hpengine.kernels; no __init__.py there
+    # kernels/ (C++ and Triton sources, compiled at run time) ships as data of hpengine.kernels; no __init__.py there
     packages=find_packages(include=["hpengine", "hpengine.*"]) + ["hpengine.conf", "hpengine.kernels"],
     package_dir={"hpengine.conf": "conf", "hpengine.kernels": "kernels"},
-    package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine.kernels": ["k_*.cpp", "k_*.h", "README.md"], "hpengine": ["data/*.json", "data/rankers/*.safetensors"]},
+    package_data={"hpengine.conf": ["*.yaml", "*/*.yaml"], "hpengine.kernels": ["k_*.cpp", "k_*.h", "k_*.py", "README.md"], "hpengine": ["data/*.json", "data/rankers/*.safetensors"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=4.46",

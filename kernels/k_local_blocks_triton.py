@@ -1,7 +1,7 @@
 """Local blocks of T_s and the BFS frontier step on them, for the hop on CUDA (Triton, compiled on first use).
 
     out[q] = T*(ids[q])        ids: [Q, M] fact ids (-1 padding), out: [Q, M, M]
-    hit = expand_frontier(adjacency, reached, reverse)      [Q, M, M], [Q, M, B] bool -> [Q, M, B] bool
+    hit = frontier_hits_out(adjacency, reached, reverse, out)   [Q, M, M], [Q, M, B] bool -> [Q, M, B] bool
 
 Equivalent PyTorch (the twin it is tested against, tests/kernels/test_local_blocks_triton.py)::
 

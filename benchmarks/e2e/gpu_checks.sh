@@ -5,9 +5,11 @@
 #      with a random 2-layer BERT (benchmarks/e2e/gpu_fixture.py, prepared on a CPU machine with
 #      the full install), no LLM and a tiny random LLM, records compared with a float tolerance;
 #   3. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios);
-#   4. the Triton kernel of the CSR x dense product (kernels/k_csr_addmm_triton.py, opt-in with
-#      HPENGINE_KERNELS=on): its tests compiled on CUDA (the CPU's bits), then PPR and the hop on cuda
-#      with it beside the PyTorch path in the same run (at most about 4 minutes; skipped without triton).
+#   4. the Triton kernels (opt-in with HPENGINE_KERNELS=on): the CSR x dense product
+#      (kernels/k_csr_addmm_triton.py) and the hop's local blocks and BFS rounds
+#      (kernels/k_local_blocks_triton.py): their tests compiled on CUDA (the CPU's bits), then PPR and
+#      the hop on cuda with them beside the PyTorch path in the same run (at most about 5 minutes;
+#      skipped without triton).
 #      Alone, after the environment check: bash benchmarks/e2e/gpu_checks.sh OUT_DIR FIXTURE_DIR triton
 # Needs torch with CUDA, transformers, tokenizers, numpy, safetensors, tqdm, networkx, scipy, pytest,
 # hypothesis, hydra-core and omegaconf; hpengine runs from the working tree (no install). Logs,
@@ -36,17 +38,18 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cu
 EOF
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
-# 4. (defined here so that it can run alone) the Triton product on CUDA
+# 4. (defined here so that it can run alone) the Triton kernels on CUDA
 triton_checks() {
   if ! $py -c "import triton" 2>/dev/null; then
     echo "triton rc=skipped: no triton (torch's CUDA wheels install it; else pip install triton --no-deps)" | tee -a "$out/env.txt"
     return
   fi
   $py -c "import triton; print('triton', triton.__version__)" | tee -a "$out/env.txt"
-  timeout 100 $py -m pytest -q -p no:cacheprovider -o addopts="" -rs tests/kernels/test_csr_addmm_triton.py \
-    2>&1 | tee "$out/tests_triton.log"
+  timeout 160 $py -m pytest -q -p no:cacheprovider -o addopts="" -rs tests/kernels/test_csr_addmm_triton.py \
+    tests/kernels/test_local_blocks_triton.py 2>&1 | tee "$out/tests_triton.log"
   echo "triton tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
-  # HPENGINE_KERNELS=on: CUDA products go to the Triton kernel; *_torch and batched_torch switch it off
+  # HPENGINE_KERNELS=on: CUDA products, the hop's local blocks and its BFS rounds go to the Triton kernels;
+  # *_torch and batched_torch switch them off
   # per call, so each line's ratio is on one machine in one run
   HPENGINE_KERNELS=on timeout 80 $py -m benchmarks ops bench_ppr device=cuda sizes=100000,1000000 queries=64,1024 \
     max_q_at_1m=1024 impls=chebyshev,chebyshev_torch baselines=false out="$out/ops_cuda_triton" \
