@@ -309,8 +309,23 @@ def expand_frontier(adjacency: Tensor, reached: Tensor, *, reverse: bool) -> Ten
     edges as booleans; the twin (:func:`expand_frontier_torch`) is one batched product and a
     comparison. They agree exactly where the entries are ``>= 0`` and finite, as the BFS requires.
 
+    Args:
+        adjacency: ``[Q, M, M]`` floating block, entries ``>= 0``; an edge ``i -> j`` is an entry ``> 0``.
+        reached: bool ``[Q, M, B]``, the reached slots of ``B`` searches.
+        reverse: hit ``i`` when an edge ``i -> j`` ends in a reached ``j`` (else: when a reached ``i``
+            has an edge ``i -> j``, hit ``j``).
+
+    Returns:
+        bool ``[Q, M, B]``, reached slots included where an edge leads to them.
+
     Shapes:
         adjacency ``[Q, M, M]``, reached bool ``[Q, M, B]`` -> bool ``[Q, M, B]``.
+
+    Example:
+        >>> a = torch.tensor([[[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]])
+        >>> reached = torch.tensor([[[True], [False], [False]]])
+        >>> expand_frontier(a, reached, reverse=False).view(-1).tolist()
+        [False, True, False]
     """
     if adjacency.dtype in (torch.float32, torch.float64) and use_triton_blocks_kernel(adjacency.device):
         out = torch.empty(reached.shape, dtype=torch.bool, device=reached.device)
