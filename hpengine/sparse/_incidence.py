@@ -174,13 +174,29 @@ def gather_csr_rows(crow: Tensor, col: Tensor, rows: Tensor) -> tuple[Tensor, Te
         >>> gather_csr_rows(torch.tensor([0, 2, 3]), torch.tensor([5, 6, 7]), torch.tensor([1, -1, 0]))
         (tensor([0, 2, 2]), tensor([7, 5, 6]))
     """
+    position, entry = csr_row_entries(crow, rows)
+    return position, col.index_select(0, entry).long()
+
+
+def csr_row_entries(crow: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Entries of the CSR rows ``rows`` (``-1`` rows are empty) as positions into ``col`` (and
+    into any values array beside it): :func:`gather_csr_rows` for several arrays of one CSR.
+
+    Shapes:
+        crow ``[R + 1]``, rows int64 ``[n]`` -> ``(position, entry)``, int64 ``[nnz of rows]``:
+        the index into ``rows`` of each entry and the entry's own index, in row order.
+
+    Example:
+        >>> csr_row_entries(torch.tensor([0, 2, 3]), torch.tensor([1, -1, 0]))
+        (tensor([0, 2, 2]), tensor([2, 0, 1]))
+    """
     safe = rows.clamp_min(0)
     start = crow.index_select(0, safe).long()
     count = torch.where(rows >= 0, crow.index_select(0, safe + 1).long() - start, 0)
     total = int(count.sum())
     position = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), count, output_size=total)
     offset = torch.arange(total, device=rows.device) - (torch.cumsum(count, 0) - count).index_select(0, position)
-    return position, col.index_select(0, start.index_select(0, position) + offset).long()
+    return position, start.index_select(0, position) + offset
 
 
 def transpose_csr(pairs: Tensor, num_rows: int, num_cols: int, values: Tensor, *, values_equal: bool = False) -> Tensor:

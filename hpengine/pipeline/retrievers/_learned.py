@@ -11,7 +11,10 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
   passage links to it (the home of an entity a fact of it names), whether the fused second or third
   does, and whether it links back to the fused first passage;
 - the best cosine of one of its facts to the question, and that less the best candidate's;
-- its cosine to the fused first passage (the bridge of a two-hop question resembles its first hop).
+- its cosine to the fused first passage (the bridge of a two-hop question resembles its first hop);
+- with a ranker trained on them (:data:`LEXICAL_FEATURES`, ``hpengine train ... lexical=true``):
+  BM25 of the question's words in it, the idf of the question's words its title holds, the share
+  of the question's idf it covers, and each less the best candidate's.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import register_retriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
-from hpengine.retrieval import linked_passages
+from hpengine.retrieval import LEXICAL_SCORES, lexical_scores, linked_passages
 from hpengine.sparse import gather_csr_rows
 
 #: the lists a candidate's ranks are read from, in feature order
@@ -36,6 +39,13 @@ LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
             "linked_from_first", "rrf_union", "linked_from_next", "links_to_first", "fact_cosine",
             "fact_cosine_gap", "cosine_to_first")
+#: the lexical features a ranker may read after :data:`FEATURES` (docs/methods/learned.md#features)
+LEXICAL_FEATURES = (*LEXICAL_SCORES, *(f"{n}_gap" for n in LEXICAL_SCORES))
+
+
+def feature_names(lexical: bool) -> tuple:
+    """The features a ranker reads: :data:`FEATURES`, then :data:`LEXICAL_FEATURES` with ``lexical``."""
+    return (*FEATURES, *LEXICAL_FEATURES) if lexical else FEATURES
 
 
 def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
@@ -79,9 +89,9 @@ def resolve_ranker(path: str, encoder: str) -> tuple:
     if meta.get("encoder") != encoder:
         raise UserError(f"ranker {str(where)!r} was trained for encoder {meta.get('encoder')!r}, and this index uses "
                         f"{encoder!r}; train one on this encoder's indexes (hpengine train)")
-    if list(meta.get("features") or ()) != list(FEATURES):
+    if list(meta.get("features") or ()) not in (list(feature_names(False)), list(feature_names(True))):
         raise UserError(f"ranker {str(where)!r} reads features {meta.get('features')!r}, not this hpengine's "
-                        f"{list(FEATURES)!r}; train it again")
+                        f"{list(FEATURES)!r} (and {list(LEXICAL_FEATURES)!r} with lexical=true); train it again")
     return model, meta
 
 
@@ -113,9 +123,10 @@ class LearnedRetriever(FusionRetriever):
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """The candidates of the members' lists, ordered by the ranker; chains and notes as the fusion's."""
         ranker = self.ranker  # before the members run: a missing ranker is one line, at once
+        lexical = ranker.num_features == len(feature_names(True))
         with torch.no_grad():
             question_emb = ranker.adapt(question_emb)  # the ranker's query adapter, where it has one
-        candidates, features, valid, outs = self._candidates(questions, question_emb)
+        candidates, features, valid, outs = self._candidates(questions, question_emb, lexical)
         with self.steps.timer.stage("rank"), torch.no_grad():
             scores = ranker(features, valid)  # [Q, C]
             order = torch.sort(scores, dim=1, descending=True, stable=True).indices
@@ -123,13 +134,14 @@ class LearnedRetriever(FusionRetriever):
         chains, notes, diagnostics = self._records(questions, outs)
         return Retrieved(ranked, chains=chains, notes=notes, diagnostics=diagnostics)
 
-    def candidate_features(self, questions: list, question_emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def candidate_features(self, questions: list, question_emb: Tensor,
+                           lexical: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """``(candidates, features, valid)`` of a batch: int64 ``[Q, C]`` passage ids (``-1``
-        padded), float32 ``[Q, C, len(FEATURES)]``, bool ``[Q, C]`` (what a trainer reads).
-        ``question_emb`` is used as given (a trainer passes them through its adapter first)."""
-        return self._candidates(questions, question_emb)[:3]
+        padded), float32 ``[Q, C, len(feature_names(lexical))]``, bool ``[Q, C]`` (what a trainer
+        reads). ``question_emb`` is used as given (a trainer passes them through its adapter first)."""
+        return self._candidates(questions, question_emb, lexical)[:3]
 
-    def _candidates(self, questions: list, question_emb: Tensor) -> tuple:
+    def _candidates(self, questions: list, question_emb: Tensor, lexical: bool = False) -> tuple:
         s, cfg = self.steps, self.config
         self._cache.clear()
         self._cache.update(emb=question_emb, dense={})
@@ -143,12 +155,13 @@ class LearnedRetriever(FusionRetriever):
             with s.timer.stage("features"):
                 member_lists = [outs[n].ranked if n in outs else by_rule[:, :0] for n in LISTS[:3]]
                 lists = stack_rankings([*member_lists, by_rule, final])  # [Q, L, W]
-                out = self._features(questions, question_emb, lists)
+                out = self._features(questions, question_emb, lists, lexical)
         finally:
             self._cache.clear()
         return (*out, outs)
 
-    def _features(self, questions: list, question_emb: Tensor, lists: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _features(self, questions: list, question_emb: Tensor, lists: Tensor,
+                  lexical: bool) -> tuple[Tensor, Tensor, Tensor]:
         q, n_lists, w = lists.shape
         union_scores = rrf_scores(lists, torch.ones(n_lists), 1.0)
         candidates, rrf = fuse_rankings(lists, union_scores, n_lists * w)  # every listed passage once
@@ -169,7 +182,12 @@ class LearnedRetriever(FusionRetriever):
         fact_best = fact_cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
         fact_gap = torch.where(valid, fact_cos - fact_best, torch.zeros_like(fact_cos))
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
-        features = torch.cat([rr, present, torch.stack(extra, dim=-1)], dim=-1)
+        parts = [rr, present, torch.stack(extra, dim=-1)]
+        if lexical:
+            lex = self._lexical(questions, candidates)  # [Q, C, 3]
+            lex_best = lex.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
+            parts += [lex, torch.where(valid[..., None], lex - lex_best, torch.zeros_like(lex))]
+        features = torch.cat(parts, dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
     def _passage_cosines(self, question_emb: Tensor, candidates: Tensor, first: Tensor,
@@ -187,6 +205,12 @@ class LearnedRetriever(FusionRetriever):
         to_first = torch.einsum("qd,qcd->qc", anchor, rows)
         return (torch.where(valid, cos, torch.zeros_like(cos)),
                 torch.where(valid & (first >= 0), to_first, torch.zeros_like(to_first)))
+
+    def _lexical(self, questions: list, candidates: Tensor) -> Tensor:
+        """float32 ``[Q, C, 3]``: :func:`~hpengine.retrieval.lexical_scores` of the candidates."""
+        lex = self.steps.lookups.lexical()
+        q_crow, q_col = lex.question_words(list(questions))
+        return lexical_scores(lex, q_crow, q_col, candidates)
 
     def _linked_from(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """bool ``[Q, C]``: whether one of the question's ``anchors`` ``[Q, A]`` links to each candidate."""
