@@ -65,7 +65,7 @@ def scores(order, examples) -> dict:
 
 
 def run(args) -> dict:
-    from hpengine.pipeline import RankerExamples, fusion_order, list_order, rank_candidates, train_ranker
+    from hpengine.pipeline import fusion_order, list_order, train_ranker
 
     torch.set_num_threads(args.threads)
     sets, seconds = {}, {}
@@ -84,27 +84,56 @@ def run(args) -> dict:
         has = ex.num_gold > 0
         row["gold_in_candidates"] = round(float((ex.gold.sum(1).float()[has] / ex.num_gold[has]).mean()), 4)
         out["sets"][name] = row
-    for hidden in args.hidden:
-        key = f"hidden{hidden}"
-        res = {}
-        folds = {name: folds_of(len(ex), args.folds, args.seed) for name, ex in sets.items()}
-        orders = {name: torch.zeros_like(ex.candidates) for name, ex in sets.items()}
-        for f in range(args.folds):  # k-fold over every dataset at once
-            train = RankerExamples.concat([ex.subset([r for g, fold in enumerate(folds[n]) if g != f for r in fold])
-                                           for n, ex in sets.items()])
-            model = train_ranker(train, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
-            for n, ex in sets.items():
-                held = ex.subset(folds[n][f])
-                orders[n][folds[n][f]] = _pad(rank_candidates(model, held), ex.candidates.shape[1])
-        for n, ex in sets.items():
-            res[n] = {"cv": scores(orders[n], ex)}
-        if len(sets) > 1:
-            for n, ex in sets.items():  # leave one dataset out
-                train = RankerExamples.concat([e for m, e in sets.items() if m != n])
-                model = train_ranker(train, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
-                res[n]["lodo"] = scores(_pad(rank_candidates(model, ex), ex.candidates.shape[1]), ex)
-        out["models"][key] = res
+    fits = {f"hidden{h}": (lambda train, h=h: train_ranker(train, hidden=h, epochs=args.epochs, lr=args.lr,
+                                                         seed=args.seed)) for h in args.hidden}
+    if args.gbdt:
+        fits["gbdt"] = lambda train: GbdtRanker(train, args.seed)
+    for key, fit in fits.items():
+        out["models"][key] = cross_validate(sets, fit, args.folds, args.seed)
     return out
+
+
+def cross_validate(sets: dict, fit, folds: int, seed: int) -> dict:
+    """R@k of ``fit(train) -> model`` k-fold over every set at once, and leaving each set out."""
+    from hpengine.pipeline import RankerExamples, rank_candidates
+
+    res = {}
+    rows = {name: folds_of(len(ex), folds, seed) for name, ex in sets.items()}
+    orders = {name: torch.zeros_like(ex.candidates) for name, ex in sets.items()}
+    for f in range(folds):  # k-fold over every dataset at once
+        train = RankerExamples.concat([ex.subset([r for g, fold in enumerate(rows[n]) if g != f for r in fold])
+                                       for n, ex in sets.items()])
+        model = fit(train)
+        for n, ex in sets.items():
+            held = ex.subset(rows[n][f])
+            orders[n][rows[n][f]] = _pad(rank_candidates(model, held), ex.candidates.shape[1])
+    for n, ex in sets.items():
+        res[n] = {"cv": scores(orders[n], ex)}
+    if len(sets) > 1:
+        for n, ex in sets.items():  # leave one dataset out
+            model = fit(RankerExamples.concat([e for m, e in sets.items() if m != n]))
+            res[n]["lodo"] = scores(_pad(rank_candidates(model, ex), ex.candidates.shape[1]), ex)
+    return res
+
+
+class GbdtRanker:
+    """LightGBM's LambdaMART on the same features (``--gbdt``; needs ``pip install lightgbm``): a
+    reference for how much a stronger model than the engine's MLP gets out of them."""
+
+    def __init__(self, train, seed: int):
+        import lightgbm
+
+        valid = train.valid
+        groups = valid.sum(1)
+        self.model = lightgbm.LGBMRanker(objective="lambdarank", num_leaves=15, learning_rate=0.05, n_estimators=300,
+                                         subsample=0.8, subsample_freq=1, colsample_bytree=0.8, min_child_samples=20,
+                                         lambdarank_truncation_level=10, random_state=seed, n_jobs=1, verbose=-1)
+        self.model.fit(train.features[valid].numpy(), train.gold[valid].int().numpy(), group=groups[groups > 0].numpy())
+
+    def __call__(self, features, valid):
+        out = torch.full(valid.shape, float("-inf"))
+        out[valid] = torch.from_numpy(self.model.predict(features[valid].numpy())).float()
+        return out
 
 
 def ship(args, out: dict, engines=None, questions=None) -> None:
@@ -244,6 +273,7 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-questions", type=int, default=0)
+    p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
     p.add_argument("--lexical", action="store_true", help="add the lexical features (hpengine train lexical=true)")
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
     p.add_argument("--ship", metavar="FILE", help="also train on every question of every set (hidden: the first "
