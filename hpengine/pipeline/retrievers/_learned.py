@@ -12,6 +12,9 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
   does, and whether it links back to the fused first passage;
 - the best cosine of one of its facts to the question, and that less the best candidate's;
 - its cosine to the fused first passage (the bridge of a two-hop question resembles its first hop);
+- the share of the question's idf it holds and the fused first passage does not, and the share the
+  two hold together (a two-hop question's words spread over its two passages), each also less the
+  best candidate's;
 - with a ranker trained on them (:data:`LEXICAL_FEATURES`, ``hpengine train ... lexical=true``):
   BM25 of the question's words in it, the idf of the question's words its title holds, the share
   of the question's idf it covers, and each less the best candidate's.
@@ -30,7 +33,7 @@ from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import register_retriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
-from hpengine.retrieval import LEXICAL_SCORES, lexical_scores, linked_passages
+from hpengine.retrieval import LEXICAL_SCORES, PAIR_SCORES, lexical_scores, linked_passages, pair_coverage
 from hpengine.sparse import gather_csr_rows
 
 #: the lists a candidate's ranks are read from, in feature order
@@ -38,7 +41,7 @@ LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
             "linked_from_first", "rrf_union", "linked_from_next", "links_to_first", "fact_cosine",
-            "fact_cosine_gap", "cosine_to_first")
+            "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES))
 #: the lexical features a ranker may read after :data:`FEATURES` (docs/methods/learned.md#features)
 LEXICAL_FEATURES = (*LEXICAL_SCORES, *(f"{n}_gap" for n in LEXICAL_SCORES))
 
@@ -183,10 +186,9 @@ class LearnedRetriever(FusionRetriever):
         fact_gap = torch.where(valid, fact_cos - fact_best, torch.zeros_like(fact_cos))
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
         parts = [rr, present, torch.stack(extra, dim=-1)]
-        if lexical:
-            lex = self._lexical(questions, candidates)  # [Q, C, 3]
-            lex_best = lex.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
-            parts += [lex, torch.where(valid[..., None], lex - lex_best, torch.zeros_like(lex))]
+        for words in self._lexical(questions, candidates, first, lexical):  # [Q, C, k] each
+            best = words.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
+            parts += [words, torch.where(valid[..., None], words - best, torch.zeros_like(words))]
         features = torch.cat(parts, dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
@@ -206,11 +208,14 @@ class LearnedRetriever(FusionRetriever):
         return (torch.where(valid, cos, torch.zeros_like(cos)),
                 torch.where(valid & (first >= 0), to_first, torch.zeros_like(to_first)))
 
-    def _lexical(self, questions: list, candidates: Tensor) -> Tensor:
-        """float32 ``[Q, C, 3]``: :func:`~hpengine.retrieval.lexical_scores` of the candidates."""
+    def _lexical(self, questions: list, candidates: Tensor, first: Tensor, lexical: bool) -> list:
+        """float32 ``[Q, C, 2]``: :func:`~hpengine.retrieval.pair_coverage` of the candidates with the
+        fused ``first`` passage, then with ``lexical`` ``[Q, C, 3]``: their
+        :func:`~hpengine.retrieval.lexical_scores`."""
         lex = self.steps.lookups.lexical()
         q_crow, q_col = lex.question_words(list(questions))
-        return lexical_scores(lex, q_crow, q_col, candidates)
+        out = [pair_coverage(lex, q_crow, q_col, candidates, first)]
+        return out + [lexical_scores(lex, q_crow, q_col, candidates)] if lexical else out
 
     def _linked_from(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """bool ``[Q, C]``: whether one of the question's ``anchors`` ``[Q, A]`` links to each candidate."""
