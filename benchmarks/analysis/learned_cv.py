@@ -27,8 +27,7 @@ FIELDS = ("candidates", "features", "valid", "gold", "num_gold")
 MEMBERS = ("dense", "hyperprove", "ppr")
 
 
-def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool, max_questions: int,
-                lexical: bool = False):
+def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool, max_questions: int):
     from safetensors.torch import load_file, save_file
 
     from hpengine.config import EvalJobConfig, LearnedConfig
@@ -43,7 +42,7 @@ def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool,
     qs = load_questions(questions)
     qs = qs[:max_questions] if max_questions else qs
     start = time.perf_counter()
-    ex = ranker_examples(engine, qs, batch_size=64, lexical=lexical,
+    ex = ranker_examples(engine, qs, batch_size=64,
                          progress=lambda d, n: print(f"\r{name}: {d}/{n}", end="", file=sys.stderr))
     seconds = time.perf_counter() - start
     print(file=sys.stderr)
@@ -73,8 +72,7 @@ def run(args) -> dict:
         name, _, rest = spec.partition("=")
         index, _, questions = rest.partition(":")
         cache = RESULTS / "learned" / f"{args.label}_{name}.safetensors"
-        sets[name], seconds[name] = examples_of(name, index, questions, cache, args.reuse, args.max_questions,
-                                                     args.lexical)
+        sets[name], seconds[name] = examples_of(name, index, questions, cache, args.reuse, args.max_questions)
     out = {"label": args.label, "folds": args.folds, "seed": args.seed, "models": {}, "sets": {},
            "candidate_seconds": seconds}
     for name, ex in sets.items():
@@ -144,7 +142,7 @@ def ship(args, out: dict, engines=None, questions=None) -> None:
     from hpengine.config import LearnedConfig
     from hpengine.graph import IndexStore
     from hpengine.pipeline import RankerExamples, train_ranker, write_ranker
-    from hpengine.pipeline.retrievers import FEATURES, feature_names
+    from hpengine.pipeline.retrievers import FEATURES
 
     parts, encoders = [], set()
     for spec in args.set:
@@ -162,8 +160,7 @@ def ship(args, out: dict, engines=None, questions=None) -> None:
     else:
         model = train_ranker(examples, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
     cfg = LearnedConfig()
-    write_ranker(model, args.ship, {"features": list(feature_names(examples.features.shape[-1] > len(FEATURES))),
-                                    "encoder": encoders.pop(),
+    write_ranker(model, args.ship, {"features": list(FEATURES), "encoder": encoders.pop(),
                                     "candidate_width": cfg.candidate_width, "passage_width": cfg.passage_width,
                                     "questions": len(examples), "hidden": hidden, "epochs": args.epochs, "lr": args.lr,
                                     "adapter_steps": args.adapter_steps,
@@ -274,7 +271,6 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-questions", type=int, default=0)
     p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
-    p.add_argument("--lexical", action="store_true", help="add the lexical features (hpengine train lexical=true)")
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
     p.add_argument("--ship", metavar="FILE", help="also train on every question of every set (hidden: the first "
                    "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")

@@ -165,9 +165,6 @@ class TrainJobConfig:
     #: Full-batch steps of a query adapter the ranker carries (docs/methods/learned.md; 0: none; 150
     #: where it pays).
     adapter_steps: int = 0
-    #: Add the lexical features (BM25 of the question's words; docs/methods/learned.md#features): they
-    #: help a ranker trained on the questions of the corpus it serves, not one moved to another corpus.
-    lexical: bool = False
 
     def __post_init__(self):
         _check_finite(self, "")

@@ -28,10 +28,10 @@ __all__ += ["DEFAULT_LOCK_TIMEOUT", "FORMAT_VERSION", "Index", "IndexFormatError
             "StoreWriter", "add_passages", "build_index", "build_index_sharded", "entity_synonyms", "read_generation",
             "synonym_eligible"]
 
-from hpengine.graph._lexical import LexicalIndex, build_lexical_index, words_of
+from hpengine.graph._lexical import PassageWords, build_passage_words, words_of
 from hpengine.graph._lookups import IndexLookups
 
-__all__ += ["IndexLookups", "LexicalIndex", "build_lexical_index", "words_of"]
+__all__ += ["IndexLookups", "PassageWords", "build_passage_words", "words_of"]
 
 from hpengine.graph._grag import (GRAG_FORMAT_VERSION, GragParts, build_grag_parts, extractive_summaries, has_grag_files,
                                   louvain_communities)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hpengine.graph._lexical import LexicalIndex, build_lexical_index
+from hpengine.graph._lexical import PassageWords, build_passage_words
 from hpengine.graph._texts import PassageColumn
 from hpengine.models import entity_key, title_name
 from hpengine.sparse import csr_arrays
@@ -48,7 +48,7 @@ class IndexLookups:
             index.fact_passage, torch.arange(index.num_facts, device=device), index.num_passages)
         self._extracted: dict = {}
         self._title_names: tuple | None = None
-        self._lexical: LexicalIndex | None = None
+        self._words: PassageWords | None = None
 
     def _ids_of_keys(self, keys: list) -> np.ndarray:
         """int64 ``[n]``: :meth:`entity_id` of each key, the hash search done for all at once."""
@@ -104,14 +104,14 @@ class IndexLookups:
             self._title_names = (keys.to(self._index.device), max_words)
         return self._title_names
 
-    def lexical(self) -> LexicalIndex:
-        """The passages' words for BM25 (:class:`~hpengine.graph.LexicalIndex`, on the index's
+    def words(self) -> PassageWords:
+        """The passages' words and their idf (:class:`~hpengine.graph.PassageWords`, on the index's
         device), built from their texts on first use: only the learned method reads them."""
-        if self._lexical is None:
+        if self._words is None:
             passages = self._index.passages
             texts = passages.texts if isinstance(passages, PassageColumn) else [p.text for p in passages]
-            self._lexical = build_lexical_index(_titles(passages), texts).to(self._index.device)
-        return self._lexical
+            self._words = build_passage_words(_titles(passages), texts).to(self._index.device)
+        return self._words
 
     @staticmethod
     def name_hashes(keys: list[str]) -> Tensor:

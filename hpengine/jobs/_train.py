@@ -86,8 +86,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     for path, engine, qs, (train_rows, held_rows) in zip(cfg.index, engines, question_sets, splits):
         say = (lambda done, total, p=path: print(f"\r{p}: candidates of {done}/{total} questions", end="",
                                                  file=sys.stderr)) if progress else None
-        examples = ranker_examples(engine, qs, batch_size=cfg.batch_size, adapter=adapter, lexical=cfg.lexical,
-                                   progress=say)
+        examples = ranker_examples(engine, qs, batch_size=cfg.batch_size, adapter=adapter, progress=say)
         if progress:
             print(file=sys.stderr)
         train_parts.append(examples.subset(train_rows))
@@ -108,8 +107,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
                                                   for k in (2, 5)},
                       **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)})
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
-                                                                         "holdout", "seed", "adapter_steps",
-                                                                         "lexical")}
+                                                                         "holdout", "seed", "adapter_steps")}
     write_ranker(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
     return report
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from hpengine.nn import fit_query_adapter, fit_ranker, save_ranker
-from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever, feature_names
+from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever
 
 
 @dataclass
@@ -19,7 +19,7 @@ class RankerExamples:
 
     Attributes:
         candidates: int64 ``[N, C]`` passage ids (``-1`` padded).
-        features: float32 ``[N, C, F]``, ``F = len(feature_names(lexical))``.
+        features: float32 ``[N, C, len(FEATURES)]``.
         valid: bool ``[N, C]``; gold: bool ``[N, C]`` (the candidate is a gold passage).
         num_gold: int64 ``[N]`` gold passages of each question in the index (recall's denominator).
     """
@@ -62,8 +62,7 @@ def gold_passage_ids(index, questions: list) -> list:
             for q in questions]
 
 
-def ranker_examples(engine, questions: list, *, batch_size: int = 64, adapter=None, lexical: bool = False,
-                    progress=None) -> RankerExamples:
+def ranker_examples(engine, questions: list, *, batch_size: int = 64, adapter=None, progress=None) -> RankerExamples:
     """The learned method's candidates and features of every question, with its gold passages.
 
     Args:
@@ -71,7 +70,6 @@ def ranker_examples(engine, questions: list, *, batch_size: int = 64, adapter=No
         questions: :class:`~hpengine.eval.Question` s with gold passages.
         adapter: a :class:`~hpengine.nn.QueryAdapter` the question embeddings go through first
             (the one the ranker will carry), or None.
-        lexical: add the lexical features (:data:`~hpengine.pipeline.retrievers.LEXICAL_FEATURES`).
         progress: ``(done, total) -> None`` after each batch.
     """
     retriever = engine.retriever
@@ -84,7 +82,7 @@ def ranker_examples(engine, questions: list, *, batch_size: int = 64, adapter=No
         with torch.no_grad():
             emb = engine.steps.encode(texts)
             emb = adapter.to(emb.device)(emb) if adapter is not None else emb
-            cand, feats, valid = retriever.candidate_features(texts, emb, lexical)
+            cand, feats, valid = retriever.candidate_features(texts, emb)
         cand, feats, valid = cand.cpu(), feats.cpu(), valid.cpu()
         gold = torch.zeros_like(valid)
         for i, ids in enumerate(gold_ids[start:start + batch_size]):
@@ -174,8 +172,7 @@ def train_ranker(examples: RankerExamples, *, hidden: int = 16, epochs: int = 30
 def ranker_meta(engine, examples: RankerExamples, **settings) -> dict:
     """What a ranker file records: the feature schema, the index's encoder, the candidate settings."""
     cfg = engine.config
-    lexical = examples.features.shape[-1] == len(feature_names(True))
-    return {"features": list(feature_names(lexical)), "encoder": str(engine.index.meta.get("encoder", "")),
+    return {"features": list(FEATURES), "encoder": str(engine.index.meta.get("encoder", "")),
             "candidate_width": cfg.candidate_width, "passage_width": cfg.passage_width,
             "questions": len(examples), **settings}
 

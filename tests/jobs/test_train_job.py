@@ -37,18 +37,6 @@ def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     assert text.startswith(f"ranker written to {out}") and "held out 6 questions" in text
 
 
-def test_lexical_true_writes_a_ranker_of_the_lexical_features(saved, tmp_path):
-    from hpengine.pipeline.retrievers import LEXICAL_FEATURES
-
-    out = tmp_path / "lexical.safetensors"
-    q = str(builtin_questions_path())
-    report = run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(out), epochs=30, hidden=0, lexical=True),
-                       progress=False)
-    model, meta = load_ranker(out)
-    assert meta["features"] == [*FEATURES, *LEXICAL_FEATURES] and model.num_features == len(meta["features"])
-    assert meta["lexical"] is True and report["loss"] < report["first_loss"]
-
-
 def test_by_default_the_ranker_trains_alone(saved, tmp_path):
     out = tmp_path / "plain.safetensors"
     q = str(builtin_questions_path())

@@ -193,20 +193,3 @@ def test_listwise_loss_pulls_up_every_gold_candidate():
     log_p = torch.log_softmax(both_up, 1)[0]
     torch.testing.assert_close(listwise_loss(both_up, gold, valid), -(log_p[0] + log_p[1]) / 2)
 
-
-def test_the_engine_reads_lexical_features_when_its_ranker_does(examples, tmp_path, builtin_index):
-    from hpengine.pipeline.retrievers import LEXICAL_FEATURES
-
-    engine, questions, _ = examples
-    index, encoder, _ = builtin_index
-    ex = ranker_examples(engine, questions, batch_size=7, lexical=True)
-    model = train_ranker(ex, hidden=4, epochs=30)
-    path = tmp_path / "lex.safetensors"
-    save_ranker(model, path, ranker_meta(engine, ex))
-    assert load_ranker(path)[1]["features"] == [*FEATURES, *LEXICAL_FEATURES]
-    learned = Engine(index, encoder, config=LearnedConfig(ranker=str(path)))
-    preds = learned.answer([q.question for q in questions])
-    order = rank_candidates(model, ex)
-    for i, p in enumerate(preds):
-        n = int(ex.valid[i].sum())
-        assert list(p.passages) == ex.candidates[i].gather(0, order[i, :n])[: learned.config.passage_width].tolist()

@@ -6,15 +6,12 @@ from hpengine.pipeline.retrievers._grag import (GragRetriever, GragSearch, final
 from hpengine.pipeline.retrievers._hyperprove import ChainState, HyperProveRetriever
 from hpengine.pipeline.retrievers._ppr import PPRRetriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever  # after the methods it composes
-from hpengine.pipeline.retrievers._learned import (FEATURES, LEXICAL_FEATURES, LearnedRetriever, default_ranker_path,
-                                                  feature_names, resolve_ranker)
+from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever, default_ranker_path, resolve_ranker
 
 __all__ = [
     "ChainState",
     "DenseRetriever",
     "FEATURES",
-    "LEXICAL_FEATURES",
-    "feature_names",
     "FusionRetriever",
     "GragRetriever",
     "GragSearch",

@@ -15,9 +15,6 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
 - the share of the question's idf it holds and the fused first passage does not, and the share the
   two hold together (a two-hop question's words spread over its two passages), each also less the
   best candidate's;
-- with a ranker trained on them (:data:`LEXICAL_FEATURES`, ``hpengine train ... lexical=true``):
-  BM25 of the question's words in it, the idf of the question's words its title holds, the share
-  of the question's idf it covers, and each less the best candidate's.
 """
 from __future__ import annotations
 
@@ -33,7 +30,7 @@ from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import register_retriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
-from hpengine.retrieval import LEXICAL_SCORES, PAIR_SCORES, lexical_scores, linked_passages, pair_coverage
+from hpengine.retrieval import PAIR_SCORES, linked_passages, pair_coverage
 from hpengine.sparse import gather_csr_rows
 
 #: the lists a candidate's ranks are read from, in feature order
@@ -42,13 +39,6 @@ LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
             "linked_from_first", "rrf_union", "linked_from_next", "links_to_first", "fact_cosine",
             "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES))
-#: the lexical features a ranker may read after :data:`FEATURES` (docs/methods/learned.md#features)
-LEXICAL_FEATURES = (*LEXICAL_SCORES, *(f"{n}_gap" for n in LEXICAL_SCORES))
-
-
-def feature_names(lexical: bool) -> tuple:
-    """The features a ranker reads: :data:`FEATURES`, then :data:`LEXICAL_FEATURES` with ``lexical``."""
-    return (*FEATURES, *LEXICAL_FEATURES) if lexical else FEATURES
 
 
 def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
@@ -92,9 +82,9 @@ def resolve_ranker(path: str, encoder: str) -> tuple:
     if meta.get("encoder") != encoder:
         raise UserError(f"ranker {str(where)!r} was trained for encoder {meta.get('encoder')!r}, and this index uses "
                         f"{encoder!r}; train one on this encoder's indexes (hpengine train)")
-    if list(meta.get("features") or ()) not in (list(feature_names(False)), list(feature_names(True))):
+    if list(meta.get("features") or ()) != list(FEATURES):
         raise UserError(f"ranker {str(where)!r} reads features {meta.get('features')!r}, not this hpengine's "
-                        f"{list(FEATURES)!r} (and {list(LEXICAL_FEATURES)!r} with lexical=true); train it again")
+                        f"{list(FEATURES)!r}; train it again")
     return model, meta
 
 
@@ -126,10 +116,9 @@ class LearnedRetriever(FusionRetriever):
     def retrieve(self, questions: list, question_emb: Tensor) -> Retrieved:
         """The candidates of the members' lists, ordered by the ranker; chains and notes as the fusion's."""
         ranker = self.ranker  # before the members run: a missing ranker is one line, at once
-        lexical = ranker.num_features == len(feature_names(True))
         with torch.no_grad():
             question_emb = ranker.adapt(question_emb)  # the ranker's query adapter, where it has one
-        candidates, features, valid, outs = self._candidates(questions, question_emb, lexical)
+        candidates, features, valid, outs = self._candidates(questions, question_emb)
         with self.steps.timer.stage("rank"), torch.no_grad():
             scores = ranker(features, valid)  # [Q, C]
             order = torch.sort(scores, dim=1, descending=True, stable=True).indices
@@ -137,14 +126,13 @@ class LearnedRetriever(FusionRetriever):
         chains, notes, diagnostics = self._records(questions, outs)
         return Retrieved(ranked, chains=chains, notes=notes, diagnostics=diagnostics)
 
-    def candidate_features(self, questions: list, question_emb: Tensor,
-                           lexical: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    def candidate_features(self, questions: list, question_emb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(candidates, features, valid)`` of a batch: int64 ``[Q, C]`` passage ids (``-1``
-        padded), float32 ``[Q, C, len(feature_names(lexical))]``, bool ``[Q, C]`` (what a trainer
-        reads). ``question_emb`` is used as given (a trainer passes them through its adapter first)."""
-        return self._candidates(questions, question_emb, lexical)[:3]
+        padded), float32 ``[Q, C, len(FEATURES)]``, bool ``[Q, C]`` (what a trainer reads).
+        ``question_emb`` is used as given (a trainer passes them through its adapter first)."""
+        return self._candidates(questions, question_emb)[:3]
 
-    def _candidates(self, questions: list, question_emb: Tensor, lexical: bool = False) -> tuple:
+    def _candidates(self, questions: list, question_emb: Tensor) -> tuple:
         s, cfg = self.steps, self.config
         self._cache.clear()
         self._cache.update(emb=question_emb, dense={})
@@ -158,13 +146,12 @@ class LearnedRetriever(FusionRetriever):
             with s.timer.stage("features"):
                 member_lists = [outs[n].ranked if n in outs else by_rule[:, :0] for n in LISTS[:3]]
                 lists = stack_rankings([*member_lists, by_rule, final])  # [Q, L, W]
-                out = self._features(questions, question_emb, lists, lexical)
+                out = self._features(questions, question_emb, lists)
         finally:
             self._cache.clear()
         return (*out, outs)
 
-    def _features(self, questions: list, question_emb: Tensor, lists: Tensor,
-                  lexical: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def _features(self, questions: list, question_emb: Tensor, lists: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         q, n_lists, w = lists.shape
         union_scores = rrf_scores(lists, torch.ones(n_lists), 1.0)
         candidates, rrf = fuse_rankings(lists, union_scores, n_lists * w)  # every listed passage once
@@ -185,11 +172,10 @@ class LearnedRetriever(FusionRetriever):
         fact_best = fact_cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
         fact_gap = torch.where(valid, fact_cos - fact_best, torch.zeros_like(fact_cos))
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
-        parts = [rr, present, torch.stack(extra, dim=-1)]
-        for words in self._lexical(questions, candidates, first, lexical):  # [Q, C, k] each
-            best = words.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
-            parts += [words, torch.where(valid[..., None], words - best, torch.zeros_like(words))]
-        features = torch.cat(parts, dim=-1)
+        words = self._pair_coverage(questions, candidates, first)  # [Q, C, 2]
+        words_best = words.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
+        words_gap = torch.where(valid[..., None], words - words_best, torch.zeros_like(words))
+        features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, words_gap], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
     def _passage_cosines(self, question_emb: Tensor, candidates: Tensor, first: Tensor,
@@ -208,14 +194,11 @@ class LearnedRetriever(FusionRetriever):
         return (torch.where(valid, cos, torch.zeros_like(cos)),
                 torch.where(valid & (first >= 0), to_first, torch.zeros_like(to_first)))
 
-    def _lexical(self, questions: list, candidates: Tensor, first: Tensor, lexical: bool) -> list:
-        """float32 ``[Q, C, 2]``: :func:`~hpengine.retrieval.pair_coverage` of the candidates with the
-        fused ``first`` passage, then with ``lexical`` ``[Q, C, 3]``: their
-        :func:`~hpengine.retrieval.lexical_scores`."""
-        lex = self.steps.lookups.lexical()
-        q_crow, q_col = lex.question_words(list(questions))
-        out = [pair_coverage(lex, q_crow, q_col, candidates, first)]
-        return out + [lexical_scores(lex, q_crow, q_col, candidates)] if lexical else out
+    def _pair_coverage(self, questions: list, candidates: Tensor, first: Tensor) -> Tensor:
+        """float32 ``[Q, C, 2]``: :func:`~hpengine.retrieval.pair_coverage` of the candidates with
+        their question's ``first`` ``[Q, 1]`` passage."""
+        words = self.steps.lookups.words()
+        return pair_coverage(words, *words.question_words(list(questions)), candidates, first)
 
     def _linked_from(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """bool ``[Q, C]``: whether one of the question's ``anchors`` ``[Q, A]`` links to each candidate."""
