@@ -106,7 +106,9 @@ def _kill_point(name: str) -> None:
     if point == name:  # tests only: ``<point>`` is SIGKILL, ``<point>:SIGINT`` another signal
         import signal
 
-        os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
+        # raise_signal, not kill(getpid()): the signal goes to this (the main) thread, so Python's
+        # handler runs here and now, not in whatever thread the kernel would pick
+        signal.raise_signal(getattr(signal, sig or "SIGKILL"))
 
 
 def _fsync_dir(path: Path) -> None:
