@@ -211,6 +211,15 @@ def copy_work(built, folder):
     return folder
 
 
+def _as_from_a_shell() -> None:
+    """In the child before exec: SIGINT and SIGTERM at their defaults and unblocked, as a shell
+    starts a command, whatever the test process inherited or set (an ignored or blocked SIGINT is
+    inherited across exec, and Python then never raises KeyboardInterrupt)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def cli_many(jobs: dict, timeout=240) -> dict:
     """Several ``hpengine`` processes at once (each is mostly single-threaded start-up, so two cores
     run two of them in the time of one): ``{key: (args, cwd, env)}`` -> ``{key: CompletedProcess}``."""
@@ -220,7 +229,8 @@ def cli_many(jobs: dict, timeout=240) -> dict:
         full_env.pop("HPENGINE_DEBUG", None)  # only the jobs that ask for it
         full_env.update(env or {})
         procs[key] = (subprocess.Popen([sys.executable, "-m", "hpengine.cli", *map(str, args)], cwd=cwd,
-                                       env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), args)
+                                       env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       preexec_fn=_as_from_a_shell), args)
     out = {}
     for key, (proc, args) in procs.items():
         stdout, stderr = proc.communicate(timeout=timeout)
