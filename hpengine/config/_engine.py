@@ -484,7 +484,7 @@ class LearnedConfig(FusionConfig):
     #: Ranker file written by `hpengine train` (empty: the one shipped for the index's encoder).
     ranker: str = ""
     #: Passages of each member's list that are candidates (the fusion's lists stay engine.member_width).
-    candidate_width: int = 20
+    candidate_width: int = 30
 
     def __post_init__(self):
         super().__post_init__()

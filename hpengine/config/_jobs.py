@@ -157,7 +157,7 @@ class TrainJobConfig:
     #: Seed of the held-out split and of the initial weights.
     seed: int = 0
     #: Passages of each member's list that are candidates.
-    candidate_width: int = 20
+    candidate_width: int = 30
     #: Questions encoded and retrieved together.
     batch_size: int = 64
     #: Questions read from each file at most (0: all).
