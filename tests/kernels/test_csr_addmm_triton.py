@@ -6,8 +6,6 @@ while this module's tests run); with one it is compiled and run on CUDA, and its
 with the CPU's. The kernel tests skip where triton is not installed (it is optional); the dispatch
 tests run everywhere.
 """
-import os
-
 import pytest
 import torch
 
@@ -17,31 +15,15 @@ from hpengine.retrieval import personalized_pagerank
 from hpengine.sparse import _dispatch
 from hpengine.sparse._dispatch import ENV, csr_addmm
 from hpengine.testing._graphs import random_csr, random_hypergraph
+from hpengine.testing._triton import triton_kernel_module
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    """The kernel's module: compiled on CUDA; on CPU interpreted (triton reads TRITON_INTERPRET when a
-    kernel is decorated, triton.language's own jit functions included, so it is set before triton is
-    imported and kept while these tests run)."""
-    if DEVICE.type == "cuda":
-        pytest.importorskip("triton")
-        module, reason = _dispatch.triton_kernels()
-        assert module is not None, reason
-        yield module
-        return
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        pytest.importorskip("triton")
-        yield _dispatch.load_triton_kernels()
-    finally:
-        if before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = before
+    """The kernel's module: compiled on CUDA, interpreted on CPU (hpengine.testing._triton)."""
+    yield from triton_kernel_module(DEVICE, _dispatch.triton_kernels, _dispatch.load_triton_kernels)
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ small. With a GPU it is compiled and run on CUDA, and its blocks are compared wi
 The kernel tests skip where triton is not installed (it is optional); the dispatch tests run
 everywhere.
 """
-import os
-
 import pytest
 import torch
 
@@ -19,30 +17,16 @@ from hpengine.retrieval import hyperprove_hop
 from hpengine.sparse import TransitionOperator, _dispatch
 from hpengine.sparse._dispatch import ENV, expand_frontier_torch
 from hpengine.testing._graphs import power_law_hypergraph, random_csr, random_hypergraph
+from hpengine.testing._triton import triton_kernel_module
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    """The kernel's module: compiled on CUDA; on CPU interpreted (triton reads TRITON_INTERPRET when a
-    kernel is decorated, so it is set before the file is imported and kept while these tests run)."""
-    if DEVICE.type == "cuda":
-        pytest.importorskip("triton")
-        module, reason = _dispatch.triton_blocks_kernel()
-        assert module is not None, reason
-        yield module
-        return
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        pytest.importorskip("triton")
-        yield _dispatch.load_triton_kernels(_dispatch.TRITON_BLOCKS_SOURCE)
-    finally:
-        if before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = before
+    """The kernel's module: compiled on CUDA, interpreted on CPU (hpengine.testing._triton)."""
+    yield from triton_kernel_module(DEVICE, _dispatch.triton_blocks_kernel,
+                                    lambda: _dispatch.load_triton_kernels(_dispatch.TRITON_BLOCKS_SOURCE))
 
 
 def csr_operator(seed: int, dtype: torch.dtype) -> TransitionOperator:
