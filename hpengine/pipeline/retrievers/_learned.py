@@ -41,6 +41,21 @@ FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", 
             "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES))
 
 
+def less_best(scores: Tensor, valid: Tensor) -> Tensor:
+    """Each valid candidate's score less the best valid candidate's of its question (0 elsewhere).
+
+    Shapes:
+        scores float ``[Q, C]`` or ``[Q, C, k]`` (k scores each), valid bool ``[Q, C]`` -> scores' shape.
+
+    Example:
+        >>> less_best(torch.tensor([[0.5, 0.2, 9.0]]), torch.tensor([[True, True, False]])).tolist()
+        [[0.0, -0.30000001192092896, 0.0]]
+    """
+    mask = valid if scores.dim() == 2 else valid[..., None]
+    best = scores.masked_fill(~mask, float("-inf")).amax(1, keepdim=True)
+    return torch.where(mask, scores - best, torch.zeros_like(scores))
+
+
 def list_ranks(candidates: Tensor, lists: Tensor) -> Tensor:
     """Rank (from 0) of each candidate in each list, ``-1`` where it is absent.
 
@@ -161,21 +176,17 @@ class LearnedRetriever(FusionRetriever):
         present = (ranks >= 0).float()
         first = lists[:, -1, :1]  # [Q, 1] the fused first passage
         cos, to_first = self._passage_cosines(question_emb, candidates, first, valid)
-        best = cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
-        gap = torch.where(valid, cos - best, torch.zeros_like(cos))
+        gap = less_best(cos, valid)
         named = self._named(candidates, questions).float() if candidates.shape[1] else cos * 0
         linked = self._linked_from(first, candidates).float()
         rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
         linked_next = self._linked_from(lists[:, -1, 1:3], candidates).float()
         back = self._links_to(candidates, first).float()
         fact_cos = self._fact_cosines(question_emb, candidates, valid)
-        fact_best = fact_cos.masked_fill(~valid, float("-inf")).amax(1, keepdim=True)
-        fact_gap = torch.where(valid, fact_cos - fact_best, torch.zeros_like(fact_cos))
+        fact_gap = less_best(fact_cos, valid)
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
         words = self._pair_coverage(questions, candidates, first)  # [Q, C, 2]
-        words_best = words.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
-        words_gap = torch.where(valid[..., None], words - words_best, torch.zeros_like(words))
-        features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, words_gap], dim=-1)
+        features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, less_best(words, valid)], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
     def _passage_cosines(self, question_emb: Tensor, candidates: Tensor, first: Tensor,
