@@ -43,12 +43,15 @@ class PassageWords:
         vocabulary: ``{word: id}``, ids in sorted word order ``[V]``.
         crow, col: CSR ``[P, V]`` of each passage's distinct words, columns ascending.
         idf: int64 ``[V]``: ``ln(1 + (P - df + 0.5) / (df + 0.5))`` in ``2**-SCALE_BITS`` units.
+        title_crow, title_col: CSR ``[P, V]`` of the distinct words of each passage's title alone.
     """
 
     vocabulary: dict
     crow: Tensor
     col: Tensor
     idf: Tensor
+    title_crow: Tensor
+    title_col: Tensor
 
     @property
     def unit(self) -> float:
@@ -56,7 +59,8 @@ class PassageWords:
         return math.ldexp(1.0, -SCALE_BITS)
 
     def to(self, device) -> "PassageWords":
-        return PassageWords(self.vocabulary, self.crow.to(device), self.col.to(device), self.idf.to(device))
+        return PassageWords(self.vocabulary, *(t.to(device) for t in (self.crow, self.col, self.idf, self.title_crow,
+                                                                       self.title_col)))
 
     def question_words(self, questions: list[str]) -> tuple[Tensor, Tensor]:
         """CSR ``[Q, V]`` (``crow``, ``col``, int64 on the index's device) of each question's
@@ -79,13 +83,19 @@ def build_passage_words(titles: list[str], texts: list[str]) -> PassageWords:
     """
     docs = [words_of(f"{t} {x}") for t, x in zip(titles, texts)]
     vocabulary = {w: i for i, w in enumerate(sorted({w for d in docs for w in d}))}
+    crow, col = _distinct_words(docs, vocabulary)
+    df = np.bincount(col, minlength=len(vocabulary)).astype(np.float64)
+    idf = np.rint(np.log1p((len(docs) - df + 0.5) / (df + 0.5)) * float(1 << SCALE_BITS)).astype(np.int64)
+    title_crow, title_col = _distinct_words([words_of(t) for t in titles], vocabulary)
+    return PassageWords(vocabulary, *map(torch.from_numpy, (crow, col, idf, title_crow, title_col)))
+
+
+def _distinct_words(docs: list[list[str]], vocabulary: dict) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``[len(docs), V]`` (int64 ``crow``, ``col``) of each document's distinct words, columns ascending."""
     num, size = len(docs), max(len(vocabulary), 1)
     rows = np.repeat(np.arange(num, dtype=np.int64), [len(d) for d in docs])
     cols = np.fromiter((vocabulary[w] for d in docs for w in d), dtype=np.int64, count=len(rows))
-    keys = np.unique(rows * size + cols)  # distinct (passage, word), sorted
+    keys = np.unique(rows * size + cols)  # distinct (document, word), sorted
     crow = np.zeros(num + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys // size, minlength=num), out=crow[1:])
-    col = keys % size
-    df = np.bincount(col, minlength=size)[: len(vocabulary)].astype(np.float64)
-    idf = np.rint(np.log1p((num - df + 0.5) / (df + 0.5)) * float(1 << SCALE_BITS)).astype(np.int64)
-    return PassageWords(vocabulary, torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(idf))
+    return crow, keys % size

@@ -1,5 +1,6 @@
 """Word evidence for candidate passages (docs/methods/learned.md#what-it-learns-from): the share of
-a question's idf a candidate holds beyond a first passage, and the share the two hold together.
+a question's idf a candidate holds beyond a first passage, the share the two hold together, and how
+much of one passage's title another passage's words hold (a mention of it, linked or not).
 Every question and candidate at once; integer sums, so the shares have the same bits on every
 device and batch layout."""
 from __future__ import annotations
@@ -62,3 +63,41 @@ def pair_coverage(words: PassageWords, q_crow: Tensor, q_col: Tensor, candidates
     denominator = total.clamp_min(1)[:, None].double()
     out = torch.stack([gain / denominator, (gain + first_idf[:, None].double()) / denominator], dim=-1)
     return out.float().masked_fill((candidates < 0)[..., None], 0.0)
+
+
+def title_shares(words: PassageWords, titled: Tensor, holders: Tensor) -> Tensor:
+    """The share of the idf of each ``titled`` passage's title words that each ``holders`` passage of
+    the same question holds: how fully one passage mentions another by name, whether or not an
+    entity link joins them.
+
+    Args:
+        words: the index's words (:meth:`~hpengine.graph.IndexLookups.words`), on the passages' device.
+        titled: int64 ``[Q, C]`` passage ids whose titles are looked for, ``-1`` padded.
+        holders: int64 ``[Q, K]`` passage ids whose words are searched, ``-1`` padded.
+
+    Returns:
+        float32 ``[Q, C, K]`` in ``[0, 1]``; 0 where either passage is padding and for a title with
+        no indexed word.
+
+    Example:
+        >>> from hpengine.graph import build_passage_words
+        >>> words = build_passage_words(["Oslo", "Bergen", "Ida Berg"], ["A city.", "Ida Berg was born in Oslo.", "A poet."])
+        >>> s = title_shares(words, torch.tensor([[0, 2, -1]]), torch.tensor([[1, 0]]))
+        >>> [[round(x, 3) for x in row] for row in s[0].tolist()]
+        [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]
+    """
+    q, c = titled.shape
+    k = holders.shape[1]
+    size = words.idf.numel()
+    held_at, held_entry = csr_row_entries(words.crow, holders.reshape(-1))
+    held = held_at * size + words.col.index_select(0, held_entry)  # sorted keys (q * K + k) * V + word
+    at, entry = csr_row_entries(words.title_crow, titled.reshape(-1))  # at: q * C + c
+    word = words.title_col.index_select(0, entry)
+    idf = words.idf.index_select(0, word)
+    total = torch.zeros(q * c, dtype=torch.int64, device=titled.device).index_add_(0, at, idf)
+    slot = torch.div(at, c, rounding_mode="floor")[:, None] * k + torch.arange(k, device=titled.device)  # [n, K]
+    found = sorted_contains(held, slot * size + word[:, None])
+    shares = torch.zeros(q * c * k, dtype=torch.int64, device=titled.device)
+    shares.index_add_(0, (at[:, None] * k + torch.arange(k, device=titled.device))[found], idf[:, None].expand(-1, k)[found])
+    out = shares.view(q, c, k).double() / total.clamp_min(1).view(q, c, 1).double()
+    return out.float().masked_fill((titled < 0)[..., None] | (holders < 0)[:, None, :], 0.0)

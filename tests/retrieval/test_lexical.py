@@ -1,6 +1,6 @@
-"""Word evidence (hpengine.graph.build_passage_words, hpengine.retrieval.pair_coverage) against a
-per-candidate reference on sets of words, batched equal one question at a time (bit for bit), and
-the learned method's word features on the built-in corpus."""
+"""Word evidence (hpengine.graph.build_passage_words, hpengine.retrieval.pair_coverage and
+title_shares) against a per-candidate reference on sets of words, batched equal one question at a
+time (bit for bit), and the learned method's word features on the built-in corpus."""
 import math
 import random
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hpengine.graph import build_passage_words, words_of
-from hpengine.retrieval import pair_coverage
+from hpengine.retrieval import pair_coverage, title_shares
 
 WORDS = ["oslo", "bergen", "city", "river", "film", "director", "born", "year", "king", "sea", "the", "of"]
 
@@ -32,6 +32,19 @@ def _reference(titles, texts, question: str, passage: int, first: int) -> list:
         return [0.0, 0.0]
     held, before = docs[passage] & asked, (docs[first] & asked) if first >= 0 else set()
     return [sum(idf[w] for w in held - before) / total, sum(idf[w] for w in held | before) / total]
+
+
+def _title_reference(titles, texts, titled: int, holder: int) -> float:
+    """The share of ``titled``'s title idf that ``holder``'s words hold: one pair, from sets of words."""
+    docs = [set(words_of(f"{t} {x}")) for t, x in zip(titles, texts)]
+    n = len(docs)
+    idf = {w: math.log1p((n - df + 0.5) / (df + 0.5))
+           for w in set().union(*docs) for df in [sum(w in d for d in docs)]}
+    if titled < 0 or holder < 0:
+        return 0.0
+    title = set(words_of(titles[titled]))
+    total = sum(idf[w] for w in title)
+    return sum(idf[w] for w in title & docs[holder]) / total if total else 0.0
 
 
 def _questions(rng: random.Random, n: int) -> list:
@@ -89,3 +102,50 @@ def test_the_learned_methods_word_features_are_the_pair_coverage_of_the_fused_fi
     assert torch.equal(feats[..., at:at + 2], pairs) and bool((pairs[..., 1] > 0).any())
     best = pairs.masked_fill(~valid[..., None], float("-inf")).amax(1, keepdim=True)
     assert torch.equal(feats[..., at + 2:at + 4], torch.where(valid[..., None], pairs - best, 0.0))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_title_shares_equal_the_sets_per_pair(seed):
+    rng = random.Random(seed)
+    titles, texts = _corpus(rng, rng.randint(3, 30))
+    words = build_passage_words(titles, texts)
+    q, c, k = rng.randint(1, 6), rng.randint(0, 7), rng.randint(1, 3)
+    titled = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(c)] for _ in range(q)]).view(q, c)
+    holders = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(k)] for _ in range(q)])
+    got = title_shares(words, titled, holders)
+    assert got.shape == (q, c, k) and got.dtype == torch.float32
+    for i in range(q):
+        for j in range(c):
+            for h in range(k):
+                want = _title_reference(titles, texts, int(titled[i, j]), int(holders[i, h]))
+                assert float(got[i, j, h]) == pytest.approx(want, abs=1e-6)
+
+
+def test_title_shares_batched_equal_one_question_at_a_time_bit_for_bit():
+    rng = random.Random(3)
+    titles, texts = _corpus(rng, 40)
+    words = build_passage_words(titles, texts)
+    gen = torch.Generator().manual_seed(1)
+    titled, holders = torch.randint(-1, 40, (9, 11), generator=gen), torch.randint(-1, 40, (9, 3), generator=gen)
+    whole = title_shares(words, titled, holders)
+    for i in range(9):
+        assert torch.equal(title_shares(words, titled[i:i + 1], holders[i:i + 1])[0], whole[i])
+
+
+def test_the_learned_methods_mention_features_are_the_title_shares_of_the_fused_top(builtin_index):
+    from hpengine.pipeline import Engine
+    from hpengine.pipeline.retrievers import FEATURES
+
+    index, encoder, questions = builtin_index
+    engine = Engine(index, encoder, retriever="learned")
+    texts = [q.question for q in questions]
+    cand, feats, valid = engine.retriever.candidate_features(texts, engine.steps.encode(texts))
+    rr_fusion = feats[..., FEATURES.index("rr_fusion")]
+    top = torch.stack([torch.where((rr_fusion == 1.0 / r).any(1), cand.gather(1, (rr_fusion == 1.0 / r).int().argmax(1, keepdim=True))[:, 0], -1)
+                       for r in (1, 2, 3)], dim=1)  # the fused first three passages, from their ranks
+    words = index.lookups.words()
+    at = FEATURES.index("mentioned_by_first")
+    by_top = title_shares(words, cand, top)
+    assert torch.equal(feats[..., at], by_top[..., 0]) and bool((by_top[..., 0] > 0).any())
+    assert torch.equal(feats[..., at + 1], title_shares(words, top[:, :1], cand)[:, 0])
+    assert torch.equal(feats[..., at + 2], by_top[..., 1:].amax(-1))

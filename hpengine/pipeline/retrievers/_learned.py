@@ -15,6 +15,9 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
 - the share of the question's idf it holds and the fused first passage does not, and the share the
   two hold together (a two-hop question's words spread over its two passages), each also less the
   best candidate's;
+- how fully the fused first passage mentions its title, how fully it mentions the first passage's
+  title, and how fully the fused second or third passage mentions its title (idf shares of the title's
+  words: a mention counts where entity linking missed it, as "son of Baji Rao II").
 """
 from __future__ import annotations
 
@@ -30,15 +33,18 @@ from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import register_retriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
-from hpengine.retrieval import PAIR_SCORES, linked_passages, pair_coverage
+from hpengine.retrieval import PAIR_SCORES, linked_passages, pair_coverage, title_shares
 from hpengine.sparse import gather_csr_rows
 
 #: the lists a candidate's ranks are read from, in feature order
 LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
+#: the title-mention features (:meth:`LearnedRetriever._mentions`)
+MENTIONS = ("mentioned_by_first", "mentions_first", "mentioned_by_next")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
             "linked_from_first", "rrf_union", "linked_from_next", "links_to_first", "fact_cosine",
-            "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES))
+            "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES),
+            *MENTIONS)
 
 
 def less_best(scores: Tensor, valid: Tensor) -> Tensor:
@@ -186,7 +192,8 @@ class LearnedRetriever(FusionRetriever):
         fact_gap = less_best(fact_cos, valid)
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
         words = self._pair_coverage(questions, candidates, first)  # [Q, C, 2]
-        features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, less_best(words, valid)], dim=-1)
+        mentions = self._mentions(candidates, lists[:, -1, :3])  # [Q, C, 3]
+        features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, less_best(words, valid), mentions], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
     def _passage_cosines(self, question_emb: Tensor, candidates: Tensor, first: Tensor,
@@ -210,6 +217,15 @@ class LearnedRetriever(FusionRetriever):
         their question's ``first`` ``[Q, 1]`` passage."""
         words = self.steps.lookups.words()
         return pair_coverage(words, *words.question_words(list(questions)), candidates, first)
+
+    def _mentions(self, candidates: Tensor, top: Tensor) -> Tensor:
+        """float32 ``[Q, C, 3]``: :data:`MENTIONS` of the candidates, given each question's fused
+        ``top`` ``[Q, <=3]`` passages (:func:`~hpengine.retrieval.title_shares`)."""
+        words = self.steps.lookups.words()
+        top = torch.nn.functional.pad(top, (0, 3 - top.shape[1]), value=-1)  # a list shorter than 3
+        by_top = title_shares(words, candidates, top)  # [Q, C, 3]
+        of_first = title_shares(words, top[:, :1], candidates)[:, 0]  # [Q, C]
+        return torch.stack([by_top[..., 0], of_first, by_top[..., 1:].amax(-1)], dim=-1)
 
     def _linked_from(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """bool ``[Q, C]``: whether one of the question's ``anchors`` ``[Q, A]`` links to each candidate."""
