@@ -219,8 +219,9 @@ class LearnedRetriever(FusionRetriever):
         return pair_coverage(words, *words.question_words(list(questions)), candidates, first)
 
     def _mentions(self, candidates: Tensor, top: Tensor) -> Tensor:
-        """float32 ``[Q, C, 3]``: :data:`MENTIONS` of the candidates, given each question's fused
-        ``top`` ``[Q, <=3]`` passages (:func:`~hpengine.retrieval.title_shares`)."""
+        """float32 ``[Q, C, 3]``: :data:`MENTIONS` of the ``candidates`` int64 ``[Q, C]`` (``-1``
+        padded), given each question's fused ``top`` ``[Q, <=3]`` passages
+        (:func:`~hpengine.retrieval.title_shares`; a passage mentions itself fully)."""
         words = self.steps.lookups.words()
         top = torch.nn.functional.pad(top, (0, 3 - top.shape[1]), value=-1)  # a list shorter than 3
         by_top = title_shares(words, candidates, top)  # [Q, C, 3]
