@@ -86,6 +86,8 @@ def run(args) -> dict:
                                                          seed=args.seed)) for h in args.hidden}
     if args.gbdt:
         fits["gbdt"] = lambda train: GbdtRanker(train, args.seed)
+    if args.listformer:
+        fits["listformer"] = lambda train: fit_list_ranker(train, args.seed)
     for key, fit in fits.items():
         out["models"][key] = cross_validate(sets, fit, args.folds, args.seed)
     return out
@@ -132,6 +134,50 @@ class GbdtRanker:
         out = torch.full(valid.shape, float("-inf"))
         out[valid] = torch.from_numpy(self.model.predict(features[valid].numpy())).float()
         return out
+
+
+class ListRanker(torch.nn.Module):
+    """A transformer over each question's candidate list (``--listformer``): one encoder layer
+    (``d`` wide) over the first ``top`` candidates (the union's order, which holds every gold
+    candidate of the dev sets within 60), scored by a linear term plus the layer's output. A
+    reference for whether attention across the candidates finds what per-candidate scoring misses."""
+
+    def __init__(self, num_features: int, d: int = 32, heads: int = 4, top: int = 60):
+        super().__init__()
+        self.top = top
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("scale", torch.ones(num_features))
+        self.linear = torch.nn.Linear(num_features, 1)
+        self.inp = torch.nn.Linear(num_features, d)
+        self.layer = torch.nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, batch_first=True)
+        self.out = torch.nn.Linear(d, 1)
+
+    def forward(self, features, valid):
+        """float ``[Q, C, F]``, bool ``[Q, C]`` -> float ``[Q, C]`` (``-inf`` past ``top`` and where not valid)."""
+        x, v = features[:, : self.top].float(), valid[:, : self.top]
+        z = (x - self.mean) / self.scale
+        s = (self.linear(z) + self.out(self.layer(self.inp(z), src_key_padding_mask=~v))).squeeze(-1)
+        out = torch.full(valid.shape, float("-inf"))
+        out[:, : s.shape[1]] = s.masked_fill(~v, float("-inf"))
+        return out
+
+
+def fit_list_ranker(train, seed: int, epochs: int = 300, lr: float = 3e-3) -> ListRanker:
+    """A :class:`ListRanker` trained full-batch with Adam on the engine's listwise loss."""
+    from hpengine.nn import listwise_loss
+
+    torch.manual_seed(seed)
+    model = ListRanker(train.features.shape[-1])
+    rows = train.features[train.valid].float()
+    model.mean.copy_(rows.mean(0))
+    model.scale.copy_(rows.std(0).clamp_min(1e-6))
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=1e-4)
+    for _ in range(epochs):
+        opt.zero_grad()
+        top = model.top  # a gold passage past the list's top cannot be scored
+        listwise_loss(model(train.features, train.valid)[:, :top], train.gold[:, :top], train.valid[:, :top]).backward()
+        opt.step()
+    return model.eval()
 
 
 def ship(args, out: dict, engines=None, questions=None) -> None:
@@ -271,6 +317,8 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-questions", type=int, default=0)
     p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
+    p.add_argument("--listformer", action="store_true", help="also a one-layer transformer over each candidate "
+                   "list on the same features (minutes per fold on a CPU)")
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
     p.add_argument("--ship", metavar="FILE", help="also train on every question of every set (hidden: the first "
                    "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")
