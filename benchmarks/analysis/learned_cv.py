@@ -139,26 +139,27 @@ class GbdtRanker:
 class ListRanker(torch.nn.Module):
     """A transformer over each question's candidate list (``--listformer``): one encoder layer
     (``d`` wide) over the first ``top`` candidates (the union's order, which holds every gold
-    candidate of the dev sets within 60), scored by a linear term plus the layer's output. A
-    reference for whether attention across the candidates finds what per-candidate scoring misses."""
+    candidate of the dev sets within 60), scored by the engine's linear ranker (its standardised
+    features and linear term) plus the layer's output. A reference for whether attention across the
+    candidates finds what per-candidate scoring misses."""
 
     def __init__(self, num_features: int, d: int = 32, heads: int = 4, top: int = 60):
+        from hpengine.nn import CandidateRanker
+
         super().__init__()
         self.top = top
-        self.register_buffer("mean", torch.zeros(num_features))
-        self.register_buffer("scale", torch.ones(num_features))
-        self.linear = torch.nn.Linear(num_features, 1)
+        self.base = CandidateRanker(num_features, hidden=0)
         self.inp = torch.nn.Linear(num_features, d)
         self.layer = torch.nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, batch_first=True)
         self.out = torch.nn.Linear(d, 1)
 
     def forward(self, features, valid):
         """float ``[Q, C, F]``, bool ``[Q, C]`` -> float ``[Q, C]`` (``-inf`` past ``top`` and where not valid)."""
-        x, v = features[:, : self.top].float(), valid[:, : self.top]
-        z = (x - self.mean) / self.scale
-        s = (self.linear(z) + self.out(self.layer(self.inp(z), src_key_padding_mask=~v))).squeeze(-1)
-        out = torch.full(valid.shape, float("-inf"))
-        out[:, : s.shape[1]] = s.masked_fill(~v, float("-inf"))
+        x, v = features[:, : self.top], valid[:, : self.top]
+        z = (x.float() - self.base.mean) / self.base.scale
+        attended = self.out(self.layer(self.inp(z), src_key_padding_mask=~v)).squeeze(-1)
+        out = torch.full(valid.shape, float("-inf"), device=features.device)
+        out[:, : v.shape[1]] = self.base(x, v) + attended  # the base is -inf where not valid
         return out
 
 
@@ -168,13 +169,11 @@ def fit_list_ranker(train, seed: int, epochs: int = 300, lr: float = 3e-3) -> Li
 
     torch.manual_seed(seed)
     model = ListRanker(train.features.shape[-1])
-    rows = train.features[train.valid].float()
-    model.mean.copy_(rows.mean(0))
-    model.scale.copy_(rows.std(0).clamp_min(1e-6))
+    model.base.fit_scaling(train.features, train.valid)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=1e-4)
+    top = model.top  # a gold passage past the list's top cannot be scored
     for _ in range(epochs):
         opt.zero_grad()
-        top = model.top  # a gold passage past the list's top cannot be scored
         listwise_loss(model(train.features, train.valid)[:, :top], train.gold[:, :top], train.valid[:, :top]).backward()
         opt.step()
     return model.eval()
