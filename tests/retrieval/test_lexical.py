@@ -19,13 +19,18 @@ def _corpus(rng: random.Random, n: int) -> tuple[list, list]:
     return titles, texts
 
 
-def _reference(titles, texts, question: str, passage: int, first: int) -> list:
-    """The share of the question's idf (ln(1 + (N - df + .5) / (df + .5))) the passage holds and
-    ``first`` does not, and the share both hold together: one candidate, from sets of words."""
+def _sets(titles, texts) -> tuple[list, dict]:
+    """Each passage's set of words (title and text) and each word's idf, ln(1 + (N - df + .5) / (df + .5))."""
     docs = [set(words_of(f"{t} {x}")) for t, x in zip(titles, texts)]
     n = len(docs)
-    idf = {w: math.log1p((n - df + 0.5) / (df + 0.5))
-           for w in set().union(*docs) for df in [sum(w in d for d in docs)]}
+    return docs, {w: math.log1p((n - df + 0.5) / (df + 0.5))
+                  for w in set().union(*docs) for df in [sum(w in d for d in docs)]}
+
+
+def _reference(titles, texts, question: str, passage: int, first: int) -> list:
+    """The share of the question's idf the passage holds and ``first`` does not, and the share both
+    hold together: one candidate, from sets of words."""
+    docs, idf = _sets(titles, texts)
     asked = {w for w in words_of(question) if w in idf}
     total = sum(idf[w] for w in asked)
     if not total:
@@ -36,10 +41,7 @@ def _reference(titles, texts, question: str, passage: int, first: int) -> list:
 
 def _title_reference(titles, texts, titled: int, holder: int) -> float:
     """The share of ``titled``'s title idf that ``holder``'s words hold: one pair, from sets of words."""
-    docs = [set(words_of(f"{t} {x}")) for t, x in zip(titles, texts)]
-    n = len(docs)
-    idf = {w: math.log1p((n - df + 0.5) / (df + 0.5))
-           for w in set().union(*docs) for df in [sum(w in d for d in docs)]}
+    docs, idf = _sets(titles, texts)
     if titled < 0 or holder < 0:
         return 0.0
     title = set(words_of(titles[titled]))
