@@ -1,7 +1,9 @@
 """Cross-validated recall of the learned ranker (retriever=learned) beside the fusion and its
 members, on the same candidates: k-fold (train on the other folds of every dataset, score the held
 fold) and leave one dataset out (train on the others, score it). No question is scored by a model
-that saw it.
+that saw it. ``--repeats N`` runs both N times over other fold splits and model seeds and reports
+the mean, and every learned row's difference to the fusion with a 95% interval from a paired
+bootstrap over the questions (how far the dev questions themselves pin that difference down), in ``cv_<label>_r<N>.json``.
 
     python benchmarks/analysis/learned_cv.py --set musique=IDX_M:QUESTIONS_M --set 2wikimultihopqa=IDX_W:QUESTIONS_W \\
         --set hotpotqa=IDX_H:QUESTIONS_H --label minilm
@@ -82,45 +84,91 @@ def run(args) -> dict:
         has = ex.num_gold > 0
         row["gold_in_candidates"] = round(float((ex.gold.sum(1).float()[has] / ex.num_gold[has]).mean()), 4)
         out["sets"][name] = row
-    fits = {f"hidden{h}": (lambda train, h=h: train_ranker(train, hidden=h, epochs=args.epochs, lr=args.lr,
-                                                         seed=args.seed)) for h in args.hidden}
+    out["repeats"] = args.repeats
+    fits = {f"hidden{h}": (lambda train, seed, h=h: train_ranker(train, hidden=h, epochs=args.epochs, lr=args.lr,
+                                                               seed=seed)) for h in args.hidden}
     if args.gbdt:
-        fits["gbdt"] = lambda train: GbdtRanker(train, args.seed)
+        fits["gbdt"] = GbdtRanker
     if args.listformer:
-        fits["listformer"] = lambda train: fit_list_ranker(train, args.seed)
+        fits["listformer"] = fit_list_ranker
     for key, fit in fits.items():
-        out["models"][key] = cross_validate(sets, fit, args.folds, args.seed)
+        out["models"][key] = cross_validate(sets, fit, args.folds, args.seed, args.repeats)
     return out
 
 
-def cross_validate(sets: dict, fit, folds: int, seed: int) -> dict:
-    """R@k of ``fit(train) -> model`` k-fold over every set at once, and leaving each set out."""
+def cross_validate(sets: dict, fit, folds: int, seed: int, repeats: int = 1) -> dict:
+    """R@k of ``fit(train, seed) -> model`` k-fold over every set at once, and leaving each set out;
+    with ``repeats`` > 1, the mean over that many fold splits and model seeds (``seed``,
+    ``seed + 1``, ...), each repeat's R@5, and the difference to the fusion with its interval
+    (:func:`versus_fusion`)."""
+    runs = [held_out_orders(sets, fit, folds, seed + r) for r in range(repeats)]
+    res = {n: {} for n in sets}
+    for part in ("cv", "lodo"):
+        for n, ex in sets.items():
+            orders = [run[part][n] for run in runs if n in run[part]]
+            if not orders:
+                continue
+            res[n][part] = {f"recall@{k}": round(float(torch.stack([per_question_recall(o, ex, k) for o in orders])
+                                                           .mean()), 4) for k in (2, 5, 10)}
+            if repeats > 1:
+                res[n][f"{part}_runs"] = [scores(o, ex)["recall@5"] for o in orders]
+                res[n][f"{part}_vs_fusion"] = versus_fusion(orders, ex)
+    return res
+
+
+def held_out_orders(sets: dict, fit, folds: int, seed: int) -> dict:
+    """``{"cv": {set: order}, "lodo": {set: order}}``: every question's candidates ordered by a
+    model that did not see it (int64 ``[N, C]``), k-fold and leaving each set out."""
     from hpengine.pipeline import RankerExamples, rank_candidates
 
-    res = {}
     rows = {name: folds_of(len(ex), folds, seed) for name, ex in sets.items()}
-    orders = {name: torch.zeros_like(ex.candidates) for name, ex in sets.items()}
+    out = {"cv": {n: torch.zeros_like(ex.candidates) for n, ex in sets.items()}, "lodo": {}}
     for f in range(folds):  # k-fold over every dataset at once
         train = RankerExamples.concat([ex.subset([r for g, fold in enumerate(rows[n]) if g != f for r in fold])
                                        for n, ex in sets.items()])
-        model = fit(train)
+        model = fit(train, seed)
         for n, ex in sets.items():
             held = ex.subset(rows[n][f])
-            orders[n][rows[n][f]] = _pad(rank_candidates(model, held), ex.candidates.shape[1])
-    for n, ex in sets.items():
-        res[n] = {"cv": scores(orders[n], ex)}
+            out["cv"][n][rows[n][f]] = _pad(rank_candidates(model, held), ex.candidates.shape[1])
     if len(sets) > 1:
         for n, ex in sets.items():  # leave one dataset out
-            model = fit(RankerExamples.concat([e for m, e in sets.items() if m != n]))
-            res[n]["lodo"] = scores(_pad(rank_candidates(model, ex), ex.candidates.shape[1]), ex)
-    return res
+            model = fit(RankerExamples.concat([e for m, e in sets.items() if m != n]), seed)
+            out["lodo"][n] = _pad(rank_candidates(model, ex), ex.candidates.shape[1])
+    return out
+
+
+def per_question_recall(order, examples, k: int):
+    """float ``[N']``: recall@k of each question with gold passages, the candidates taken in
+    ``order`` ``[N, C]`` (the values :func:`hpengine.pipeline.recall_at` averages)."""
+    has = examples.num_gold > 0
+    hits = examples.gold.gather(1, order[:, :k]).sum(1).float()
+    return hits[has] / examples.num_gold[has].float()
+
+
+def versus_fusion(orders: list, examples, resamples: int = 2000) -> dict:
+    """``{"recall@k": [mean, low, high]}`` (k = 2, 5): the learned orders' recall less the fusion's
+    on the same candidates, each question's recall averaged over the ``orders`` first, and the 95%
+    percentile interval of that mean over the questions resampled with replacement (paired: both
+    methods on the same resampled questions; fixed generator, so runs repeat)."""
+    from hpengine.pipeline import fusion_order
+
+    fused = fusion_order(examples)
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for k in (2, 5):
+        diff = torch.stack([per_question_recall(o, examples, k) for o in orders]).mean(0) \
+            - per_question_recall(fused, examples, k)
+        means = diff[torch.randint(len(diff), (resamples, len(diff)), generator=gen)].mean(1)
+        low, high = torch.quantile(means, torch.tensor([0.025, 0.975])).tolist()
+        out[f"recall@{k}"] = [round(float(diff.mean()), 4), round(low, 4), round(high, 4)]
+    return out
 
 
 class GbdtRanker:
     """LightGBM's LambdaMART on the same features (``--gbdt``; needs ``pip install lightgbm``): a
     reference for how much a stronger model than the engine's MLP gets out of them."""
 
-    def __init__(self, train, seed: int):
+    def __init__(self, train, seed: int = 0):
         import lightgbm
 
         valid = train.valid
@@ -163,7 +211,7 @@ class ListRanker(torch.nn.Module):
         return out
 
 
-def fit_list_ranker(train, seed: int, epochs: int = 300, lr: float = 3e-3) -> ListRanker:
+def fit_list_ranker(train, seed: int = 0, epochs: int = 300, lr: float = 3e-3) -> ListRanker:
     """A :class:`ListRanker` trained full-batch with Adam on the engine's listwise loss."""
     from hpengine.nn import listwise_loss
 
@@ -301,6 +349,12 @@ def table(out: dict) -> str:
             lines.append(f"| learned {key}, LODO | " + " | ".join(cell(res[n]["lodo"]) for n in names) + " |")
     lines.append("| gold in candidates | " + " | ".join(f"{out['sets'][n]['gold_in_candidates']:.3f}" for n in names)
                  + " |")
+    for key, res in out["models"].items():
+        for part in ("cv", "lodo"):
+            if all(f"{part}_vs_fusion" in res[n] for n in names):
+                lines.append(f"| {key} {part.upper()} less fusion, R@5 (95% interval) | " + " | ".join(
+                    "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * v for v in res[n][f"{part}_vs_fusion"]["recall@5"]))
+                    for n in names) + " |")
     return "\n".join(lines)
 
 
@@ -313,6 +367,9 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=300)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1, help="run the folds and the left-out sets this many times "
+                   "(fold splits and model seeds --seed, --seed + 1, ...): the mean, each run's R@5, and the "
+                   "difference to the fusion with a 95%% interval over the questions")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-questions", type=int, default=0)
     p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
@@ -331,7 +388,8 @@ def main(argv=None) -> None:
     if args.adapter_steps:
         engines, questions = load_engines(args)
         run_adapted(args, out, engines, questions)
-    path = write_json(out, RESULTS / "learned" / f"cv_{args.label}.json")
+    repeats = f"_r{args.repeats}" if args.repeats > 1 else ""
+    path = write_json(out, RESULTS / "learned" / f"cv_{args.label}{repeats}.json")
     print(table(out))
     print(f"written to {path}")
     if args.ship:
