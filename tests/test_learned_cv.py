@@ -1,0 +1,73 @@
+"""The learned ranker's cross-validation script (``benchmarks/analysis/learned_cv.py``): repeated
+runs average what single runs give, and the difference to the fusion with its paired-bootstrap
+interval equals a per-question reference on random candidate sets."""
+import torch
+
+from benchmarks.analysis import learned_cv
+from hpengine.pipeline import RankerExamples, fusion_order, recall_at
+from hpengine.pipeline.retrievers import FEATURES
+
+
+def _examples(n: int, seed: int) -> RankerExamples:
+    g = torch.Generator().manual_seed(seed)
+    c = 9
+    valid = torch.rand(n, c, generator=g) < 0.85
+    valid[:, 0] = True
+    gold = (torch.rand(n, c, generator=g) < 0.25) & valid
+    features = torch.rand(n, c, len(FEATURES), generator=g).masked_fill(~valid[..., None], 0.0)
+    num_gold = gold.sum(1) + torch.randint(0, 2, (n,), generator=g)  # some gold outside the candidates
+    candidates = torch.where(valid, torch.arange(c).expand(n, c), -1)
+    return RankerExamples(candidates, features, valid, gold, num_gold)
+
+
+def _linear(train, seed: int):
+    """A 'fit' that ignores the data: a fixed random linear scorer per seed (fast, seed-dependent)."""
+    w = torch.randn(len(FEATURES), generator=torch.Generator().manual_seed(seed))
+    return lambda features, valid: (features @ w).masked_fill(~valid, float("-inf"))
+
+
+def _recall_reference(order, ex: RankerExamples, k: int) -> list:
+    out = []
+    for i in range(len(ex)):
+        if int(ex.num_gold[i]) == 0:
+            continue
+        hits = sum(bool(ex.gold[i, j]) for j in order[i, :k].tolist())
+        out.append(hits / int(ex.num_gold[i]))
+    return out
+
+
+def test_per_question_recall_is_what_recall_at_averages():
+    ex = _examples(30, 0)
+    order = torch.argsort(torch.rand(30, 9, generator=torch.Generator().manual_seed(1)), dim=1)
+    for k in (2, 5):
+        per = learned_cv.per_question_recall(order, ex, k)
+        assert torch.allclose(per, torch.tensor(_recall_reference(order, ex, k)))
+        assert abs(float(per.mean()) - recall_at(order, ex, k)) < 1e-6
+
+
+def test_versus_fusion_is_the_mean_difference_with_an_interval_around_it():
+    ex = _examples(40, 2)
+    assert learned_cv.versus_fusion([fusion_order(ex)], ex) == {"recall@2": [0.0, 0.0, 0.0],
+                                                                 "recall@5": [0.0, 0.0, 0.0]}
+    orders = [torch.argsort(torch.rand(40, 9, generator=torch.Generator().manual_seed(s)), dim=1) for s in (3, 4)]
+    got = learned_cv.versus_fusion(orders, ex)
+    assert got == learned_cv.versus_fusion(orders, ex)  # a fixed generator: runs repeat
+    for k in (2, 5):
+        fused = _recall_reference(fusion_order(ex), ex, k)
+        runs = [_recall_reference(o, ex, k) for o in orders]
+        diff = [(a + b) / 2 - f for a, b, f in zip(*runs, fused)]
+        mean, low, high = got[f"recall@{k}"]
+        assert abs(mean - sum(diff) / len(diff)) < 1e-4
+        assert min(diff) <= low <= mean <= high <= max(diff) and low < high
+
+
+def test_repeats_average_the_single_runs():
+    sets = {"a": _examples(25, 5), "b": _examples(35, 6)}
+    both = learned_cv.cross_validate(sets, _linear, folds=5, seed=7, repeats=2)
+    single = [learned_cv.cross_validate(sets, _linear, folds=5, seed=s) for s in (7, 8)]
+    for n in sets:
+        for part in ("cv", "lodo"):
+            assert both[n][f"{part}_runs"] == [s[n][part]["recall@5"] for s in single]
+            mean = sum(s[n][part]["recall@5"] for s in single) / 2
+            assert abs(both[n][part]["recall@5"] - mean) < 1e-4
+            assert f"{part}_vs_fusion" in both[n] and "cv_runs" not in single[0][n]
