@@ -1,10 +1,11 @@
-"""The learned ranker's cross-validation script (``benchmarks/analysis/learned_cv.py``): repeated
-runs average what single runs give, and the difference to the fusion with its paired-bootstrap
-interval equals a per-question reference on random candidate sets."""
+"""Recall per question and the paired difference of two methods (``hpengine.pipeline``), and the
+learned ranker's cross-validation script (``benchmarks/analysis/learned_cv.py``): repeated runs
+average what single runs give, and the difference to the fusion with its paired-bootstrap interval
+equals a per-question reference on random candidate sets."""
 import torch
 
 from benchmarks.analysis import learned_cv
-from hpengine.pipeline import RankerExamples, fusion_order, recall_at
+from hpengine.pipeline import RankerExamples, fusion_order, paired_difference, recall_at, recall_per_question
 from hpengine.pipeline.retrievers import FEATURES
 
 
@@ -40,9 +41,23 @@ def test_per_question_recall_is_what_recall_at_averages():
     ex = _examples(30, 0)
     order = torch.argsort(torch.rand(30, 9, generator=torch.Generator().manual_seed(1)), dim=1)
     for k in (2, 5):
-        per = learned_cv.per_question_recall(order, ex, k)
+        per = recall_per_question(order, ex, k)
         assert torch.allclose(per, torch.tensor(_recall_reference(order, ex, k)))
         assert abs(float(per.mean()) - recall_at(order, ex, k)) < 1e-6
+
+
+def test_paired_difference_resamples_questions_in_pairs():
+    g = torch.Generator().manual_seed(9)
+    base = torch.rand(50, generator=g)
+    assert paired_difference(base + 0.1, base) == paired_difference(base + 0.1, base)  # runs repeat
+    mean, low, high = paired_difference(base + 0.1, base)  # the same shift on every question: no spread
+    assert abs(mean - 0.1) < 1e-6 and abs(low - 0.1) < 1e-6 and abs(high - 0.1) < 1e-6
+    mine = base + torch.randn(50, generator=g) * 0.2
+    mean, low, high = paired_difference(mine, base)
+    diff = (mine - base).tolist()
+    assert abs(mean - sum(diff) / 50) < 1e-6 and min(diff) < low < mean < high < max(diff)
+    wider = paired_difference(base + (mine - base) * 3, base)  # the same resamples: three times as wide
+    assert abs((wider[2] - wider[1]) / (high - low) - 3) < 1e-3
 
 
 def test_versus_fusion_is_the_mean_difference_with_an_interval_around_it():

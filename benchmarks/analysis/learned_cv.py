@@ -101,6 +101,8 @@ def cross_validate(sets: dict, fit, folds: int, seed: int, repeats: int = 1) -> 
     with ``repeats`` > 1, the mean over that many fold splits and model seeds (``seed``,
     ``seed + 1``, ...), each repeat's R@5, and the difference to the fusion with its interval
     (:func:`versus_fusion`)."""
+    from hpengine.pipeline import recall_per_question
+
     runs = [held_out_orders(sets, fit, folds, seed + r) for r in range(repeats)]
     res = {n: {} for n in sets}
     for part in ("cv", "lodo"):
@@ -108,7 +110,7 @@ def cross_validate(sets: dict, fit, folds: int, seed: int, repeats: int = 1) -> 
             orders = [run[part][n] for run in runs if n in run[part]]
             if not orders:
                 continue
-            res[n][part] = {f"recall@{k}": round(float(torch.stack([per_question_recall(o, ex, k) for o in orders])
+            res[n][part] = {f"recall@{k}": round(float(torch.stack([recall_per_question(o, ex, k) for o in orders])
                                                            .mean()), 4) for k in (2, 5, 10)}
             if repeats > 1:
                 res[n][f"{part}_runs"] = [scores(o, ex)["recall@5"] for o in orders]
@@ -137,30 +139,17 @@ def held_out_orders(sets: dict, fit, folds: int, seed: int) -> dict:
     return out
 
 
-def per_question_recall(order, examples, k: int):
-    """float ``[N']``: recall@k of each question with gold passages, the candidates taken in
-    ``order`` ``[N, C]`` (the values :func:`hpengine.pipeline.recall_at` averages)."""
-    has = examples.num_gold > 0
-    hits = examples.gold.gather(1, order[:, :k]).sum(1).float()
-    return hits[has] / examples.num_gold[has].float()
-
-
-def versus_fusion(orders: list, examples, resamples: int = 2000) -> dict:
+def versus_fusion(orders: list, examples) -> dict:
     """``{"recall@k": [mean, low, high]}`` (k = 2, 5): the learned orders' recall less the fusion's
-    on the same candidates, each question's recall averaged over the ``orders`` first, and the 95%
-    percentile interval of that mean over the questions resampled with replacement (paired: both
-    methods on the same resampled questions; fixed generator, so runs repeat)."""
-    from hpengine.pipeline import fusion_order
+    on the same candidates, each question's recall averaged over the ``orders`` first, with the
+    95% interval of :func:`hpengine.pipeline.paired_difference` over the questions."""
+    from hpengine.pipeline import fusion_order, paired_difference, recall_per_question
 
     fused = fusion_order(examples)
-    gen = torch.Generator().manual_seed(0)
     out = {}
     for k in (2, 5):
-        diff = torch.stack([per_question_recall(o, examples, k) for o in orders]).mean(0) \
-            - per_question_recall(fused, examples, k)
-        means = diff[torch.randint(len(diff), (resamples, len(diff)), generator=gen)].mean(1)
-        low, high = torch.quantile(means, torch.tensor([0.025, 0.975])).tolist()
-        out[f"recall@{k}"] = [round(float(diff.mean()), 4), round(low, 4), round(high, 4)]
+        mine = torch.stack([recall_per_question(o, examples, k) for o in orders]).mean(0)
+        out[f"recall@{k}"] = [round(v, 4) for v in paired_difference(mine, recall_per_question(fused, examples, k))]
     return out
 
 

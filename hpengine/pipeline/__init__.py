@@ -39,6 +39,8 @@ _EXPORTS = {
     "ranker_examples": "hpengine.pipeline._learn",
     "ranker_meta": "hpengine.pipeline._learn",
     "recall_at": "hpengine.pipeline._learn",
+    "recall_per_question": "hpengine.pipeline._learn",
+    "paired_difference": "hpengine.pipeline._learn",
     "train_ranker": "hpengine.pipeline._learn",
     "write_ranker": "hpengine.pipeline._learn",
     "gold_passage_ids": "hpengine.pipeline._learn",
@@ -50,8 +52,8 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
     from hpengine.pipeline._learn import (RankerExamples, adapter_part, fusion_order, gold_passage_ids, list_order,
-                                          rank_candidates, ranker_examples, ranker_meta, recall_at, train_adapter,
-                                          train_ranker, write_ranker)
+                                          paired_difference, rank_candidates, ranker_examples, ranker_meta, recall_at,
+                                          recall_per_question, train_adapter, train_ranker, write_ranker)
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
                                          rewrite)
@@ -80,10 +82,12 @@ __all__ = [
     "is_unknown",
     "list_order",
     "names_shared",
+    "paired_difference",
     "rank_candidates",
     "ranker_examples",
     "ranker_meta",
     "recall_at",
+    "recall_per_question",
     "register_retriever",
     "resolve_choice",
     "rewrite",
