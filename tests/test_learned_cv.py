@@ -2,6 +2,7 @@
 learned ranker's cross-validation script (``benchmarks/analysis/learned_cv.py``): repeated runs
 average what single runs give, and the difference to the fusion with its paired-bootstrap interval
 equals a per-question reference on random candidate sets."""
+import pytest
 import torch
 
 from benchmarks.analysis import learned_cv
@@ -17,13 +18,19 @@ def _examples(n: int, seed: int) -> RankerExamples:
     gold = (torch.rand(n, c, generator=g) < 0.25) & valid
     features = torch.rand(n, c, len(FEATURES), generator=g).masked_fill(~valid[..., None], 0.0)
     num_gold = gold.sum(1) + torch.randint(0, 2, (n,), generator=g)  # some gold outside the candidates
+    none = torch.rand(n, generator=g) < 0.15  # questions whose gold passages the index lacks: not scored
+    gold &= ~none[:, None]
+    num_gold = num_gold.masked_fill(none, 0)
     candidates = torch.where(valid, torch.arange(c).expand(n, c), -1)
     return RankerExamples(candidates, features, valid, gold, num_gold)
 
 
 def _linear(train, seed: int):
-    """A 'fit' that ignores the data: a fixed random linear scorer per seed (fast, seed-dependent)."""
-    w = torch.randn(len(FEATURES), generator=torch.Generator().manual_seed(seed))
+    """A fast 'fit' that depends on its training rows and its seed: the gold candidates' mean
+    features less all valid candidates', plus seeded noise, as a linear scorer."""
+    gold, valid = train.gold & train.valid, train.valid
+    w = train.features[gold].mean(0) - train.features[valid].mean(0)
+    w = w + 0.3 * torch.randn(len(FEATURES), generator=torch.Generator().manual_seed(seed))
     return lambda features, valid: (features @ w).masked_fill(~valid, float("-inf"))
 
 
@@ -39,6 +46,7 @@ def _recall_reference(order, ex: RankerExamples, k: int) -> list:
 
 def test_per_question_recall_is_what_recall_at_averages():
     ex = _examples(30, 0)
+    assert bool((ex.num_gold == 0).any())  # the questions without gold are left out
     order = torch.argsort(torch.rand(30, 9, generator=torch.Generator().manual_seed(1)), dim=1)
     for k in (2, 5):
         per = recall_per_question(order, ex, k)
@@ -58,6 +66,17 @@ def test_paired_difference_resamples_questions_in_pairs():
     assert abs(mean - sum(diff) / 50) < 1e-6 and min(diff) < low < mean < high < max(diff)
     wider = paired_difference(base + (mine - base) * 3, base)  # the same resamples: three times as wide
     assert abs((wider[2] - wider[1]) / (high - low) - 3) < 1e-3
+    assert all(v != v for v in paired_difference(torch.zeros(0), torch.zeros(0)))  # no questions: NaN
+    with pytest.raises(ValueError, match="same N"):
+        paired_difference(torch.ones(5), torch.zeros(1))
+
+
+def test_paired_difference_is_a_95_percent_interval():
+    g = torch.Generator().manual_seed(11)
+    diff = torch.randn(400, generator=g) * 0.2
+    mean, low, high = paired_difference(diff, torch.zeros(400))
+    normal = 2 * 1.96 * float(diff.std()) / 400 ** 0.5  # the normal approximation's width
+    assert abs((high - low) / normal - 1) < 0.08  # a 90% interval would be 0.84 of it, a 99% one 1.31
 
 
 def test_versus_fusion_is_the_mean_difference_with_an_interval_around_it():
@@ -85,4 +104,6 @@ def test_repeats_average_the_single_runs():
             assert both[n][f"{part}_runs"] == [s[n][part]["recall@5"] for s in single]
             mean = sum(s[n][part]["recall@5"] for s in single) / 2
             assert abs(both[n][part]["recall@5"] - mean) < 1e-4
-            assert f"{part}_vs_fusion" in both[n] and "cv_runs" not in single[0][n]
+            assert "cv_runs" not in single[0][n] and "cv_vs_fusion" not in single[0][n]
+            fused = recall_at(fusion_order(sets[n]), sets[n], 5)
+            assert abs(both[n][f"{part}_vs_fusion"]["recall@5"][0] - (mean - fused)) < 1e-3

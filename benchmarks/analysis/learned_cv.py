@@ -101,7 +101,7 @@ def cross_validate(sets: dict, fit, folds: int, seed: int, repeats: int = 1) -> 
     with ``repeats`` > 1, the mean over that many fold splits and model seeds (``seed``,
     ``seed + 1``, ...), each repeat's R@5, and the difference to the fusion with its interval
     (:func:`versus_fusion`)."""
-    from hpengine.pipeline import recall_per_question
+    from hpengine.pipeline import recall_at, recall_per_question
 
     runs = [held_out_orders(sets, fit, folds, seed + r) for r in range(repeats)]
     res = {n: {} for n in sets}
@@ -113,7 +113,7 @@ def cross_validate(sets: dict, fit, folds: int, seed: int, repeats: int = 1) -> 
             res[n][part] = {f"recall@{k}": round(float(torch.stack([recall_per_question(o, ex, k) for o in orders])
                                                            .mean()), 4) for k in (2, 5, 10)}
             if repeats > 1:
-                res[n][f"{part}_runs"] = [scores(o, ex)["recall@5"] for o in orders]
+                res[n][f"{part}_runs"] = [round(recall_at(o, ex, 5), 4) for o in orders]
                 res[n][f"{part}_vs_fusion"] = versus_fusion(orders, ex)
     return res
 
@@ -140,9 +140,10 @@ def held_out_orders(sets: dict, fit, folds: int, seed: int) -> dict:
 
 
 def versus_fusion(orders: list, examples) -> dict:
-    """``{"recall@k": [mean, low, high]}`` (k = 2, 5): the learned orders' recall less the fusion's
-    on the same candidates, each question's recall averaged over the ``orders`` first, with the
-    95% interval of :func:`hpengine.pipeline.paired_difference` over the questions."""
+    """``{"recall@k": [mean, low, high]}`` (k = 2, 5): the recall of ``orders`` (int64 ``[N, C]``
+    each, one per repeat) less the fusion's on the same candidates, each question's recall averaged
+    over the ``orders`` first, with the 95% interval of :func:`hpengine.pipeline.paired_difference`
+    over the questions (the sampling of questions only: the repeats' own spread is averaged out)."""
     from hpengine.pipeline import fusion_order, paired_difference, recall_per_question
 
     fused = fusion_order(examples)
@@ -347,6 +348,13 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", action="append", required=True, help="NAME=INDEX:QUESTIONS (repeat)")
@@ -356,7 +364,7 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=300)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=1, help="run the folds and the left-out sets this many times "
+    p.add_argument("--repeats", type=_at_least_one, default=1, help="run the folds and the left-out sets this many times "
                    "(fold splits and model seeds --seed, --seed + 1, ...): the mean, each run's R@5, and the "
                    "difference to the fusion with a 95%% interval over the questions")
     p.add_argument("--threads", type=int, default=2)

@@ -4,6 +4,7 @@ file, written as one safetensors file."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import sys
 
@@ -107,8 +108,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         report.update(held_questions=len(held), **{f"held_recall@{k}": round(recall_at(mine, held, k), 4)
                                                   for k in (2, 5)},
                       **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)},
-                      held_gain_interval=[round(v, 4) for v in paired_difference(
-                          recall_per_question(mine, held, 5), recall_per_question(base, held, 5))])
+                      **{"held_gain@5": [round(v, 4) for v in paired_difference(
+                          recall_per_question(mine, held, 5), recall_per_question(base, held, 5))]})
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
                                                                          "holdout", "seed", "adapter_steps")}
     write_ranker(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
@@ -125,9 +126,10 @@ def format_train_report(report: dict, out: str) -> str:
         lines.append(f"  held out {report['held_questions']} questions: R@2 {report['held_recall@2']:.3f} / R@5 "
                      f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
                      f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
-        if "held_gain_interval" in report:  # what the held questions can tell apart (docs/methods/learned.md)
+        gain = report.get("held_gain@5", [float("nan")])
+        if math.isfinite(gain[0]):  # what the held questions can tell apart (docs/methods/learned.md)
             lines.append("  R@5 less the fusion's: {:+.1f} points, 95% interval {:+.1f} to {:+.1f} over the held "
-                         "questions".format(*(100 * v for v in report["held_gain_interval"])))
+                         "questions".format(*(100 * v for v in gain)))
     return "\n".join(lines)
 
 

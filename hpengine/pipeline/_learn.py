@@ -151,16 +151,22 @@ def recall_per_question(order: Tensor, examples: RankerExamples, k: int) -> Tens
 
 
 def paired_difference(mine: Tensor, base: Tensor, resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """``(mean, low, high)``: the mean of ``mine - base`` (float ``[N]``, two methods' scores of the
-    same N questions) and its 95% percentile interval over the questions resampled with replacement
-    (paired: both scores of a question travel together), from a fixed generator so that runs repeat.
-    How far N questions pin a difference down.
+    """``(mean, low, high)``: the mean of ``mine - base`` (float ``[N]`` each, two methods' scores of
+    the same N questions) and its 95% percentile interval over the questions resampled with
+    replacement (paired: both scores of a question travel together), from a fixed generator so that
+    runs repeat; NaN three times for N = 0. How far the sampling of N questions pins a difference down.
+
+    Raises:
+        ValueError: ``mine`` and ``base`` are not two ``[N]`` tensors of the same N.
 
     Example:
         >>> mean, low, high = paired_difference(torch.tensor([1.0, 0.5, 1.0, 0.0]), torch.tensor([0.5, 0.5, 1.0, 0.0]))
         >>> mean, low <= mean <= high
         (0.125, True)
     """
+    if mine.dim() != 1 or mine.shape != base.shape:
+        raise ValueError(f"paired_difference needs two [N] tensors of the same N (got {tuple(mine.shape)} and "
+                         f"{tuple(base.shape)})")
     diff = (mine.float() - base.float()).cpu()
     if len(diff) == 0:
         return float("nan"), float("nan"), float("nan")

@@ -35,9 +35,10 @@ def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     assert "with a query adapter (20 steps)" in format_train_report(report, str(out))
     text = format_train_report(report, str(out))
     assert text.startswith(f"ranker written to {out}") and "held out 6 questions" in text
-    mean, low, high = report["held_gain_interval"]  # learned less fusion R@5 on the held questions
+    mean, low, high = report["held_gain@5"]  # learned less fusion R@5 on the held questions, 95% interval
     assert abs(mean - (report["held_recall@5"] - report["held_fusion_recall@5"])) < 1e-3 and low <= mean <= high
-    assert f"R@5 less the fusion's: {100 * mean:+.1f} points" in text
+    line = f"R@5 less the fusion's: {100 * mean:+.1f} points, 95% interval {100 * low:+.1f} to {100 * high:+.1f}"
+    assert line in text
 
 
 def test_by_default_the_ranker_trains_alone(saved, tmp_path):
