@@ -485,12 +485,16 @@ class LearnedConfig(FusionConfig):
     ranker: str = ""
     #: Passages of each member's list that are candidates (the fusion's lists stay engine.member_width).
     candidate_width: int = 30
+    #: Passages whose whole title one of the fused top five passages holds that are also candidates,
+    #: the rarest-titled first (0: none).
+    mention_width: int = 20
 
     def __post_init__(self):
         super().__post_init__()
         if not isinstance(self.ranker, str):
             raise TypeError(f"engine.ranker must be a path (got {self.ranker!r})")
         _check_range("engine.candidate_width", self.candidate_width, 1, MAX_PASSAGES)
+        _check_range("engine.mention_width", self.mention_width, 0, MAX_PASSAGES)
 
 
 def method_configs() -> dict:

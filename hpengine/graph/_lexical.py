@@ -44,6 +44,10 @@ class PassageWords:
         crow, col: CSR ``[P, V]`` of each passage's distinct words, columns ascending.
         idf: int64 ``[V]``: ``ln(1 + (P - df + 0.5) / (df + 0.5))`` in ``2**-SCALE_BITS`` units.
         title_crow, title_col: CSR ``[P, V]`` of the distinct words of each passage's title alone.
+        key_crow, key_col: CSR ``[V, P]``: the passages whose title's rarest word (highest idf, then
+            lowest id) each word is, ascending; a passage without title words is in no row. Every
+            passage whose title another passage holds whole is in the row of one of that passage's words.
+        title_idf: int64 ``[P]``: the idf of each passage's title words summed (same units as ``idf``).
     """
 
     vocabulary: dict
@@ -52,6 +56,9 @@ class PassageWords:
     idf: Tensor
     title_crow: Tensor
     title_col: Tensor
+    key_crow: Tensor
+    key_col: Tensor
+    title_idf: Tensor
 
     @property
     def unit(self) -> float:
@@ -60,7 +67,8 @@ class PassageWords:
 
     def to(self, device) -> "PassageWords":
         return PassageWords(self.vocabulary, *(t.to(device) for t in (self.crow, self.col, self.idf, self.title_crow,
-                                                                       self.title_col)))
+                                                                       self.title_col, self.key_crow, self.key_col,
+                                                                       self.title_idf)))
 
     def question_words(self, questions: list[str]) -> tuple[Tensor, Tensor]:
         """CSR ``[Q, V]`` (``crow``, ``col``, int64 on the index's device) of each question's
@@ -87,7 +95,24 @@ def build_passage_words(titles: list[str], texts: list[str]) -> PassageWords:
     df = np.bincount(col, minlength=len(vocabulary)).astype(np.float64)
     idf = np.rint(np.log1p((len(docs) - df + 0.5) / (df + 0.5)) * float(1 << SCALE_BITS)).astype(np.int64)
     title_crow, title_col = _distinct_words([words_of(t) for t in titles], vocabulary)
-    return PassageWords(vocabulary, *map(torch.from_numpy, (crow, col, idf, title_crow, title_col)))
+    key_crow, key_col, title_idf = _title_keys(title_crow, title_col, idf)
+    return PassageWords(vocabulary, *map(torch.from_numpy, (crow, col, idf, title_crow, title_col, key_crow, key_col,
+                                                            title_idf)))
+
+
+def _title_keys(title_crow: np.ndarray, title_col: np.ndarray, idf: np.ndarray) -> tuple:
+    """``(key_crow, key_col, title_idf)`` of :class:`PassageWords` from the titles' CSR ``[P, V]``."""
+    num, size = len(title_crow) - 1, max(len(idf), 1)
+    rows = np.repeat(np.arange(num, dtype=np.int64), np.diff(title_crow))
+    title_idf = np.zeros(num, dtype=np.int64)
+    np.add.at(title_idf, rows, idf[title_col])  # integer sums: exact
+    order = np.lexsort((title_col, -idf[title_col], rows))  # per title: rarest word first, then lowest id
+    first = np.unique(rows[order], return_index=True)[1]
+    titled, key = rows[order][first], title_col[order][first]
+    by_key = np.lexsort((titled, key))
+    key_crow = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key, minlength=size), out=key_crow[1:])
+    return key_crow, titled[by_key], title_idf
 
 
 def _distinct_words(docs: list[list[str]], vocabulary: dict) -> tuple[np.ndarray, np.ndarray]:

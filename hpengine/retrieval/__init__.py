@@ -8,7 +8,7 @@ from hpengine.retrieval._grag import (add_dense_candidates, best_fact_scores, bl
                                       diverse_rerank, graph_bonus, grag_seeds, mix_cross_encoder_scores,
                                       rerank_candidates)
 from hpengine.retrieval._hop import HopResult, hyperprove_hop
-from hpengine.retrieval._lexical import PAIR_SCORES, pair_coverage, title_shares
+from hpengine.retrieval._lexical import PAIR_SCORES, mentioned_passages, pair_coverage, title_shares
 from hpengine.retrieval._ppr import personalized_pagerank, ppr_bytes_per_question, ppr_chunk_size
 from hpengine.retrieval._ranking import (anchor_positions, best_home, bridge_entities, compact, first_occurrence,
                                          follow_links, lead_passages, lead_then_fill, linked_bridges, linked_passages,
@@ -19,6 +19,7 @@ __all__ = [
     "PAIR_SCORES",
     "pair_coverage",
     "title_shares",
+    "mentioned_passages",
     "APPROXIMATE_MIN_KEYS",
     "HOP_BUDGET_MB",
     "PPR_BUDGET_MB",

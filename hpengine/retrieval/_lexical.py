@@ -101,3 +101,49 @@ def title_shares(words: PassageWords, titled: Tensor, holders: Tensor) -> Tensor
     shares.index_add_(0, (at[:, None] * k + torch.arange(k, device=titled.device))[found], idf[:, None].expand(-1, k)[found])
     out = shares.view(q, c, k).double() / total.clamp_min(1).view(q, c, 1).double()
     return out.float().masked_fill((titled < 0)[..., None] | (holders < 0)[:, None, :], 0.0)
+
+
+def mentioned_passages(words: PassageWords, holders: Tensor, width: int) -> Tensor:
+    """The passages whose whole title one of a question's ``holders`` holds (every title word is
+    among that passage's words): the passages it names, whether or not an entity link joins them;
+    the rarest-titled first (highest summed title idf, then lowest id), at most ``width`` per
+    question. A holder names itself.
+
+    Args:
+        words: the index's words (:meth:`~hpengine.graph.IndexLookups.words`), on the passages' device.
+        holders: int64 ``[Q, K]`` passage ids whose words are searched, ``-1`` padded.
+        width: the most passages kept per question.
+
+    Returns:
+        int64 ``[Q, width]`` passage ids, ``-1`` padded.
+
+    Example:
+        >>> from hpengine.graph import build_passage_words
+        >>> words = build_passage_words(["Oslo", "Bergen", "Ida Berg"], ["A city.", "Ida Berg was born in Oslo.", "A poet."])
+        >>> mentioned_passages(words, torch.tensor([[1], [2]]), 3).tolist()
+        [[1, 2, 0], [2, -1, -1]]
+    """
+    q, k = holders.shape
+    size, device = words.idf.numel(), holders.device
+    held_at, held_entry = csr_row_entries(words.crow, holders.reshape(-1))  # held_at: q * K + k
+    held_word = words.col.index_select(0, held_entry)
+    held = held_at * size + held_word  # sorted keys (q * K + k) * V + word
+    # a whole title holds its rarest word: only the passages keyed by a held word can be named
+    pos, entry = csr_row_entries(words.key_crow, held_word)
+    slot, named = held_at.index_select(0, pos), words.key_col.index_select(0, entry)
+    at, title_entry = csr_row_entries(words.title_crow, named)
+    found = sorted_contains(held, slot.index_select(0, at) * size + words.title_col.index_select(0, title_entry))
+    missing = torch.zeros(named.numel(), dtype=torch.int64, device=device).index_add_(0, at, (~found).long())
+    whole = missing == 0
+    question = torch.div(slot[whole], k, rounding_mode="floor")
+    pairs = torch.unique(question * words.title_idf.numel() + named[whole])  # distinct (question, passage)
+    question, named = torch.div(pairs, words.title_idf.numel(), rounding_mode="floor"), pairs % words.title_idf.numel()
+    order = torch.sort(-words.title_idf.index_select(0, named), stable=True).indices  # ids ascend within ties
+    order = order.index_select(0, torch.sort(question.index_select(0, order), stable=True).indices)
+    question, named = question.index_select(0, order), named.index_select(0, order)
+    start = torch.searchsorted(question, torch.arange(q, device=device))
+    rank = torch.arange(question.numel(), device=device) - start.index_select(0, question)
+    keep = rank < width
+    out = torch.full((q, width), -1, dtype=torch.int64, device=device)
+    out[question[keep], rank[keep]] = named[keep]
+    return out

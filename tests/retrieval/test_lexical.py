@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hpengine.graph import build_passage_words, words_of
-from hpengine.retrieval import pair_coverage, title_shares
+from hpengine.retrieval import mentioned_passages, pair_coverage, title_shares
 
 WORDS = ["oslo", "bergen", "city", "river", "film", "director", "born", "year", "king", "sea", "the", "of"]
 
@@ -151,3 +151,63 @@ def test_the_learned_methods_mention_features_are_the_title_shares_of_the_fused_
     assert torch.equal(feats[..., at], by_top[..., 0]) and bool((by_top[..., 0] > 0).any())
     assert torch.equal(feats[..., at + 1], title_shares(words, top[:, :1], cand)[:, 0])
     assert torch.equal(feats[..., at + 2], by_top[..., 1:].amax(-1))
+
+
+def _mentioned_reference(titles, texts, holders: list, width: int) -> list:
+    """The passages whose whole (non-empty) title one of ``holders`` holds, by summed title idf
+    descending then id, ``width`` at most: one question, from sets of words (idf as the engine
+    stores it, so ties are the engine's)."""
+    words = build_passage_words(titles, texts)
+    docs, _ = _sets(titles, texts)
+    named = {p for h in holders if h >= 0 for p, t in enumerate(titles)
+             if set(words_of(t)) and set(words_of(t)) <= docs[h]}
+    mass = {p: sum(int(words.idf[words.vocabulary[w]]) for w in set(words_of(titles[p]))) for p in named}
+    return sorted(named, key=lambda p: (-mass[p], p))[:width]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mentioned_passages_equal_the_sets_per_question(seed):
+    rng = random.Random(seed)
+    titles, texts = _corpus(rng, rng.randint(3, 30))
+    words = build_passage_words(titles, texts)
+    q, k, width = rng.randint(1, 6), rng.randint(1, 5), rng.randint(1, 8)
+    holders = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(k)] for _ in range(q)])
+    got = mentioned_passages(words, holders, width)
+    assert got.shape == (q, width) and got.dtype == torch.int64
+    for i in range(q):
+        want = _mentioned_reference(titles, texts, holders[i].tolist(), width)
+        assert got[i].tolist() == want + [-1] * (width - len(want))
+        assert bool((got[i] >= 0).any()) or not want
+
+
+def test_mentioned_passages_batched_equal_one_question_at_a_time():
+    rng = random.Random(4)
+    titles, texts = _corpus(rng, 40)
+    words = build_passage_words(titles, texts)
+    holders = torch.randint(-1, 40, (9, 5), generator=torch.Generator().manual_seed(2))
+    whole = mentioned_passages(words, holders, 6)
+    assert bool((whole >= 0).any())
+    for i in range(9):
+        assert torch.equal(mentioned_passages(words, holders[i:i + 1], 6)[0], whole[i])
+
+
+def test_the_learned_methods_candidates_hold_what_the_fused_top_five_name(builtin_index):
+    from hpengine.pipeline import Engine
+    from hpengine.pipeline.retrievers import FEATURES
+
+    index, encoder, questions = builtin_index
+    engine = Engine(index, encoder, retriever="learned")
+    texts = [q.question for q in questions]
+    cand, feats, valid = engine.retriever.candidate_features(texts, engine.steps.encode(texts))
+    rr_fusion = feats[..., FEATURES.index("rr_fusion")]
+    top = torch.stack([torch.where((rr_fusion == 1.0 / r).any(1), cand.gather(1, (rr_fusion == 1.0 / r).int().argmax(1, keepdim=True))[:, 0], -1)
+                       for r in range(1, 6)], dim=1)  # the fused first five passages, from their ranks
+    named = mentioned_passages(index.lookups.words(), top, engine.config.mention_width)
+    listed = feats[..., [i for i, f in enumerate(FEATURES) if f.startswith("in_")]].sum(-1) > 0  # [Q, C] in a list
+    assert bool((named >= 0).any())
+    for i in range(len(texts)):
+        mine = set(cand[i][valid[i]].tolist())
+        assert {int(p) for p in named[i] if p >= 0} <= mine  # every named passage is a candidate
+        extra = {int(c) for c, v, l in zip(cand[i].tolist(), valid[i].tolist(), listed[i].tolist()) if v and not l}
+        assert extra <= {int(p) for p in named[i]}  # and only they are candidates outside every list
+        assert len(mine) == int(valid[i].sum())  # once each

@@ -5,7 +5,9 @@ the engine already computes, and a trained :class:`~hpengine.nn.CandidateRanker`
 Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
 
 - for each list (dense, HyperProve, PPR: ``candidate_width`` deep; the fusion's rule and its final
-  ranking: ``passage_width``): ``1 / (1 + rank)`` in it (0 when absent) and whether it is there;
+  ranking: ``passage_width``): ``1 / (1 + rank)`` in it (0 when absent) and whether it is there
+  (the passages the fused top five name whole are candidates too, ``mention_width`` of them, in no
+  list: a second hop an entity link missed can be ranked only if it is a candidate);
 - its cosine to the question, and that cosine less the best candidate's;
 - whether the question names its title (the fusion's named anchors), whether the fused first
   passage links to it (the home of an entity a fact of it names), whether the fused second or third
@@ -33,11 +35,13 @@ from hpengine.errors import UserError
 from hpengine.pipeline._types import Retrieved
 from hpengine.pipeline.retrievers._base import register_retriever
 from hpengine.pipeline.retrievers._fusion import FusionRetriever, fuse_rankings, member_config, rrf_scores, stack_rankings
-from hpengine.retrieval import PAIR_SCORES, linked_passages, pair_coverage, title_shares
+from hpengine.retrieval import PAIR_SCORES, linked_passages, mentioned_passages, pair_coverage, title_shares
 from hpengine.sparse import gather_csr_rows
 
 #: the lists a candidate's ranks are read from, in feature order
 LISTS = ("dense", "hyperprove", "ppr", "fusion_rule", "fusion")
+#: the fused passages whose words are searched for whole titles (candidates in no list)
+MENTION_ANCHORS = 5
 #: the title-mention features (:meth:`LearnedRetriever._mentions`)
 MENTIONS = ("mentioned_by_first", "mentions_first", "mentioned_by_next")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
@@ -167,15 +171,20 @@ class LearnedRetriever(FusionRetriever):
             with s.timer.stage("features"):
                 member_lists = [outs[n].ranked if n in outs else by_rule[:, :0] for n in LISTS[:3]]
                 lists = stack_rankings([*member_lists, by_rule, final])  # [Q, L, W]
-                out = self._features(questions, question_emb, lists)
+                out = self._features(questions, question_emb, lists, self._mentioned(final))
         finally:
             self._cache.clear()
         return (*out, outs)
 
-    def _features(self, questions: list, question_emb: Tensor, lists: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, n_lists, w = lists.shape
-        union_scores = rrf_scores(lists, torch.ones(n_lists), 1.0)
-        candidates, rrf = fuse_rankings(lists, union_scores, n_lists * w)  # every listed passage once
+    def _features(self, questions: list, question_emb: Tensor, lists: Tensor,
+                  mentioned: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Candidates (every passage of ``lists`` ``[Q, L, W]`` and of ``mentioned`` ``[Q, M]``,
+        once), their features and validity (:meth:`candidate_features`)."""
+        n_lists = lists.shape[1]
+        every = stack_rankings([*lists.unbind(1), mentioned])  # [Q, L + 1, W']
+        weights = torch.tensor([1.0] * n_lists + [0.0])  # the named passages add no rank score
+        width = n_lists * lists.shape[2] + mentioned.shape[1]  # room for every distinct passage
+        candidates, rrf = fuse_rankings(every, rrf_scores(every, weights, 1.0), width)
         valid = candidates >= 0
         ranks = list_ranks(candidates, lists).float()  # [Q, C, L]
         rr = torch.where(ranks >= 0, 1.0 / (1.0 + ranks), torch.zeros_like(ranks))
@@ -217,6 +226,13 @@ class LearnedRetriever(FusionRetriever):
         their question's ``first`` ``[Q, 1]`` passage."""
         words = self.steps.lookups.words()
         return pair_coverage(words, *words.question_words(list(questions)), candidates, first)
+
+    def _mentioned(self, final: Tensor) -> Tensor:
+        """int64 ``[Q, mention_width]``: the passages the ``final`` ``[Q, W]`` ranking's first
+        :data:`MENTION_ANCHORS` name whole (:func:`~hpengine.retrieval.mentioned_passages`)."""
+        if not self.config.mention_width:
+            return final[:, :0]
+        return mentioned_passages(self.steps.lookups.words(), final[:, :MENTION_ANCHORS], self.config.mention_width)
 
     def _mentions(self, candidates: Tensor, top: Tensor) -> Tensor:
         """float32 ``[Q, C, 3]``: :data:`MENTIONS` of the ``candidates`` int64 ``[Q, C]`` (``-1``
