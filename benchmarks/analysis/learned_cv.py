@@ -29,7 +29,8 @@ FIELDS = ("candidates", "features", "valid", "gold", "num_gold")
 MEMBERS = ("dense", "hyperprove", "ppr")
 
 
-def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool, max_questions: int):
+def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool, max_questions: int,
+                mention_width: int = 20):
     from safetensors.torch import load_file, save_file
 
     from hpengine.config import EvalJobConfig, LearnedConfig
@@ -40,7 +41,7 @@ def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool,
     if reuse and cache.exists():
         t = load_file(str(cache))
         return RankerExamples(*(t[f] for f in FIELDS)), 0.0
-    engine = make_engine(EvalJobConfig(index=index, engine=LearnedConfig()))
+    engine = make_engine(EvalJobConfig(index=index, engine=LearnedConfig(mention_width=mention_width)))
     qs = load_questions(questions)
     qs = qs[:max_questions] if max_questions else qs
     start = time.perf_counter()
@@ -74,7 +75,8 @@ def run(args) -> dict:
         name, _, rest = spec.partition("=")
         index, _, questions = rest.partition(":")
         cache = RESULTS / "learned" / f"{args.label}_{name}.safetensors"
-        sets[name], seconds[name] = examples_of(name, index, questions, cache, args.reuse, args.max_questions)
+        sets[name], seconds[name] = examples_of(name, index, questions, cache, args.reuse, args.max_questions,
+                                                args.mention_width)
     out = {"label": args.label, "folds": args.folds, "seed": args.seed, "models": {}, "sets": {},
            "candidate_seconds": seconds}
     for name, ex in sets.items():
@@ -242,9 +244,10 @@ def ship(args, out: dict, engines=None, questions=None) -> None:
         examples = RankerExamples.concat(list(adapted.values()))
     else:
         model = train_ranker(examples, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
-    cfg = LearnedConfig()
+    cfg = LearnedConfig(mention_width=args.mention_width)
     write_ranker(model, args.ship, {"features": list(FEATURES), "encoder": encoders.pop(),
-                                    "candidate_width": cfg.candidate_width, "passage_width": cfg.passage_width,
+                                    "candidate_width": cfg.candidate_width, "mention_width": cfg.mention_width,
+                                    "passage_width": cfg.passage_width,
                                     "questions": len(examples), "hidden": hidden, "epochs": args.epochs, "lr": args.lr,
                                     "adapter_steps": args.adapter_steps,
                                     "trained_on": [s.partition("=")[0] for s in args.set], "cv": out["models"]})
@@ -261,7 +264,7 @@ def load_engines(args) -> tuple[dict, dict]:
     for spec in args.set:
         name, _, rest = spec.partition("=")
         index, _, qfile = rest.partition(":")
-        engines[name] = make_engine(EvalJobConfig(index=index, engine=LearnedConfig()))
+        engines[name] = make_engine(EvalJobConfig(index=index, engine=LearnedConfig(mention_width=args.mention_width)))
         qs = load_questions(qfile)
         questions[name] = qs[: args.max_questions] if args.max_questions else qs
     return engines, questions
@@ -368,6 +371,8 @@ def main(argv=None) -> None:
                    "(fold splits and model seeds --seed, --seed + 1, ...): the mean, each run's R@5, and the "
                    "difference to the fusion with a 95%% interval over the questions")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--mention-width", type=int, default=20, help="engine.mention_width of the candidates "
+                   "(0: without the passages the fused top five name)")
     p.add_argument("--max-questions", type=int, default=0)
     p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
     p.add_argument("--listformer", action="store_true", help="also a one-layer transformer over each candidate "

@@ -485,8 +485,8 @@ class LearnedConfig(FusionConfig):
     ranker: str = ""
     #: Passages of each member's list that are candidates (the fusion's lists stay engine.member_width).
     candidate_width: int = 30
-    #: Passages whose whole title one of the fused top five passages holds that are also candidates,
-    #: the rarest-titled first (0: none).
+    #: Candidates added from the passages the fused top five name: those whose whole title one of
+    #: them holds in its words, the rarest titles first (0: none).
     mention_width: int = 20
 
     def __post_init__(self):

@@ -206,7 +206,8 @@ def ranker_meta(engine, examples: RankerExamples, **settings) -> dict:
     """What a ranker file records: the feature schema, the index's encoder, the candidate settings."""
     cfg = engine.config
     return {"features": list(FEATURES), "encoder": str(engine.index.meta.get("encoder", "")),
-            "candidate_width": cfg.candidate_width, "passage_width": cfg.passage_width,
+            "candidate_width": cfg.candidate_width, "mention_width": cfg.mention_width,
+            "passage_width": cfg.passage_width,
             "questions": len(examples), **settings}
 
 

@@ -180,6 +180,30 @@ def test_mentioned_passages_equal_the_sets_per_question(seed):
         assert bool((got[i] >= 0).any()) or not want
 
 
+def test_each_titled_passage_is_keyed_once_by_its_rarest_title_word():
+    rng = random.Random(5)
+    titles, texts = _corpus(rng, 40)
+    words = build_passage_words(titles, texts)
+    keyed = {}
+    for word in range(words.idf.numel()):
+        for p in words.key_col[words.key_crow[word]:words.key_crow[word + 1]].tolist():
+            assert p not in keyed
+            keyed[p] = word
+    for p, title in enumerate(titles):
+        own = words.title_col[words.title_crow[p]:words.title_crow[p + 1]]
+        assert (p in keyed) == bool(own.numel())
+        if own.numel():
+            assert int(words.idf[keyed[p]]) == int(words.idf[own].max()) and keyed[p] in own.tolist()
+            assert int(words.title_idf[p]) == int(words.idf[own].sum())
+
+
+def test_mentioned_passages_of_no_holders_are_padding():
+    words = build_passage_words(*_corpus(random.Random(6), 12))
+    assert mentioned_passages(words, torch.full((3, 4), -1), 5).tolist() == [[-1] * 5] * 3
+    assert mentioned_passages(words, torch.zeros(0, 2, dtype=torch.int64), 5).shape == (0, 5)
+    assert mentioned_passages(words, torch.tensor([[0, 1]]), 0).shape == (1, 0)
+
+
 def test_mentioned_passages_batched_equal_one_question_at_a_time():
     rng = random.Random(4)
     titles, texts = _corpus(rng, 40)
@@ -210,4 +234,8 @@ def test_the_learned_methods_candidates_hold_what_the_fused_top_five_name(builti
         assert {int(p) for p in named[i] if p >= 0} <= mine  # every named passage is a candidate
         extra = {int(c) for c, v, l in zip(cand[i].tolist(), valid[i].tolist(), listed[i].tolist()) if v and not l}
         assert extra <= {int(p) for p in named[i]}  # and only they are candidates outside every list
+        rank_features = [j for j, f in enumerate(FEATURES) if f.startswith(("rr_", "in_")) or f == "rrf_union"]
+        for j in range(cand.shape[1]):
+            if int(cand[i, j]) in extra:  # in no list: no rank signal
+                assert not bool(feats[i, j, rank_features].any())
         assert len(mine) == int(valid[i].sum())  # once each
