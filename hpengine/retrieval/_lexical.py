@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from hpengine.graph import PassageWords
-from hpengine.sparse import csr_row_entries, sorted_contains
+from hpengine.retrieval._ranking import pad_rows
+from hpengine.sparse import csr_row_entries, sorted_contains, unique_keys
 
 #: the scores :func:`pair_coverage` returns, in the order of its last dimension
 PAIR_SCORES = ("idf_gain_over_first", "idf_pair_coverage")
@@ -135,15 +136,10 @@ def mentioned_passages(words: PassageWords, holders: Tensor, width: int) -> Tens
     found = sorted_contains(held, slot.index_select(0, at) * size + words.title_col.index_select(0, title_entry))
     missing = torch.zeros(named.numel(), dtype=torch.int64, device=device).index_add_(0, at, (~found).long())
     whole = missing == 0
-    question = torch.div(slot[whole], k, rounding_mode="floor")
-    pairs = torch.unique(question * words.title_idf.numel() + named[whole])  # distinct (question, passage)
-    question, named = torch.div(pairs, words.title_idf.numel(), rounding_mode="floor"), pairs % words.title_idf.numel()
+    p = words.title_idf.numel()
+    pairs = unique_keys(torch.div(slot[whole], k, rounding_mode="floor") * p + named[whole])  # (question, passage)
+    question, named = torch.div(pairs, p, rounding_mode="floor"), pairs % p
     order = torch.sort(-words.title_idf.index_select(0, named), stable=True).indices  # ids ascend within ties
     order = order.index_select(0, torch.sort(question.index_select(0, order), stable=True).indices)
-    question, named = question.index_select(0, order), named.index_select(0, order)
-    start = torch.searchsorted(question, torch.arange(q, device=device))
-    rank = torch.arange(question.numel(), device=device) - start.index_select(0, question)
-    keep = rank < width
-    out = torch.full((q, width), -1, dtype=torch.int64, device=device)
-    out[question[keep], rank[keep]] = named[keep]
-    return out
+    block = pad_rows(question.index_select(0, order), [named.index_select(0, order)], q, [-1])[0]  # rarest first
+    return torch.nn.functional.pad(block[:, :width], (0, max(width - block.shape[1], 0)), value=-1)
