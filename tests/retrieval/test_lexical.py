@@ -88,7 +88,9 @@ def test_an_empty_corpus_and_wordless_questions_score_zero():
     assert torch.equal(pair_coverage(words, crow, col, cand, torch.tensor([[1], [-1]])), torch.zeros(2, 2, 2))
 
 
-def test_the_learned_methods_word_features_are_the_pair_coverage_of_the_fused_first(builtin_index):
+def _learned_candidates(builtin_index, top: int) -> tuple:
+    """``(words, engine, texts, cand, feats, valid, fused)`` of the learned method on the built-in
+    questions; ``fused`` int64 ``[Q, top]``: the fused first ``top`` passages, read from their ranks."""
     from hpengine.pipeline import Engine
     from hpengine.pipeline.retrievers import FEATURES
 
@@ -96,9 +98,17 @@ def test_the_learned_methods_word_features_are_the_pair_coverage_of_the_fused_fi
     engine = Engine(index, encoder, retriever="learned")
     texts = [q.question for q in questions]
     cand, feats, valid = engine.retriever.candidate_features(texts, engine.steps.encode(texts))
-    rr_fusion = feats[..., FEATURES.index("rr_fusion")]  # 1.0 at the fused first passage
-    first = torch.where(rr_fusion.amax(1) == 1.0, cand.gather(1, rr_fusion.argmax(1, keepdim=True))[:, 0], -1)[:, None]
-    words = index.lookups.words()
+    rr_fusion = feats[..., FEATURES.index("rr_fusion")]
+    fused = torch.stack([torch.where((rr_fusion == 1.0 / r).any(1),
+                                     cand.gather(1, (rr_fusion == 1.0 / r).int().argmax(1, keepdim=True))[:, 0], -1)
+                         for r in range(1, top + 1)], dim=1)
+    return index.lookups.words(), engine, texts, cand, feats, valid, fused
+
+
+def test_the_learned_methods_word_features_are_the_pair_coverage_of_the_fused_first(builtin_index):
+    from hpengine.pipeline.retrievers import FEATURES
+
+    words, _, texts, cand, feats, valid, first = _learned_candidates(builtin_index, 1)
     pairs = pair_coverage(words, *words.question_words(texts), cand, first)
     at = FEATURES.index("idf_gain_over_first")
     assert torch.equal(feats[..., at:at + 2], pairs) and bool((pairs[..., 1] > 0).any())
@@ -135,17 +145,9 @@ def test_title_shares_batched_equal_one_question_at_a_time_bit_for_bit():
 
 
 def test_the_learned_methods_mention_features_are_the_title_shares_of_the_fused_top(builtin_index):
-    from hpengine.pipeline import Engine
     from hpengine.pipeline.retrievers import FEATURES
 
-    index, encoder, questions = builtin_index
-    engine = Engine(index, encoder, retriever="learned")
-    texts = [q.question for q in questions]
-    cand, feats, valid = engine.retriever.candidate_features(texts, engine.steps.encode(texts))
-    rr_fusion = feats[..., FEATURES.index("rr_fusion")]
-    top = torch.stack([torch.where((rr_fusion == 1.0 / r).any(1), cand.gather(1, (rr_fusion == 1.0 / r).int().argmax(1, keepdim=True))[:, 0], -1)
-                       for r in (1, 2, 3)], dim=1)  # the fused first three passages, from their ranks
-    words = index.lookups.words()
+    words, _, _, cand, feats, _, top = _learned_candidates(builtin_index, 3)
     at = FEATURES.index("mentioned_by_first")
     by_top = title_shares(words, cand, top)
     assert torch.equal(feats[..., at], by_top[..., 0]) and bool((by_top[..., 0] > 0).any())
@@ -216,17 +218,10 @@ def test_mentioned_passages_batched_equal_one_question_at_a_time():
 
 
 def test_the_learned_methods_candidates_hold_what_the_fused_top_five_name(builtin_index):
-    from hpengine.pipeline import Engine
     from hpengine.pipeline.retrievers import FEATURES
 
-    index, encoder, questions = builtin_index
-    engine = Engine(index, encoder, retriever="learned")
-    texts = [q.question for q in questions]
-    cand, feats, valid = engine.retriever.candidate_features(texts, engine.steps.encode(texts))
-    rr_fusion = feats[..., FEATURES.index("rr_fusion")]
-    top = torch.stack([torch.where((rr_fusion == 1.0 / r).any(1), cand.gather(1, (rr_fusion == 1.0 / r).int().argmax(1, keepdim=True))[:, 0], -1)
-                       for r in range(1, 6)], dim=1)  # the fused first five passages, from their ranks
-    named = mentioned_passages(index.lookups.words(), top, engine.config.mention_width)
+    words, engine, texts, cand, feats, valid, top = _learned_candidates(builtin_index, 5)
+    named = mentioned_passages(words, top, engine.config.mention_width)
     listed = feats[..., [i for i, f in enumerate(FEATURES) if f.startswith("in_")]].sum(-1) > 0  # [Q, C] in a list
     assert bool((named >= 0).any())
     for i in range(len(texts)):
