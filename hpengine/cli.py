@@ -500,7 +500,9 @@ def _train_command(args: list) -> None:
     from hpengine.jobs import format_train_report, parse_train_args, run_train
 
     cfg = parse_train_args(args)
+    _check_device("device", cfg.device)
     report = run_train(cfg)
+    _print_warnings(report)
     print(format_train_report(report, cfg.out))
 
 

@@ -146,7 +146,7 @@ class TrainJobConfig:
     device: str = "cpu"
     #: Width of the ranker's hidden layer (0: a linear ranker).
     hidden: int = 16
-    #: Full-batch training steps (Adam).
+    #: Training steps (Adam), each over every training question at once.
     epochs: int = 300
     #: Adam learning rate.
     lr: float = 0.01
@@ -158,6 +158,8 @@ class TrainJobConfig:
     seed: int = 0
     #: Passages of each member's list that are candidates.
     candidate_width: int = 30
+    #: Passages the fused top five name by their whole title that are candidates too (0: none).
+    mention_width: int = 20
     #: Questions encoded and retrieved together.
     batch_size: int = 64
     #: Questions read from each file at most (0: all).
@@ -176,6 +178,7 @@ class TrainJobConfig:
         _check_range("weight_decay", self.weight_decay, 0.0, 10.0)
         _check_range("holdout", self.holdout, 0.0, 0.9)
         _check_range("candidate_width", self.candidate_width, 1, 1000)
+        _check_range("mention_width", self.mention_width, 0, 1000)
         _check_range("batch_size", self.batch_size, 1, 100_000)
         _check_range("max_questions", self.max_questions, 0, 10_000_000)
         _check_range("adapter_steps", self.adapter_steps, 0, 1_000_000)

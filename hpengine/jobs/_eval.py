@@ -41,6 +41,17 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
 
 
+def _check_ranker(cfg: EvalJobConfig) -> None:
+    """The learned method's ranker (``engine.ranker``, or the one shipped for the index's encoder)
+    is read before any model loads: a missing or mismatched one is refused at once."""
+    from hpengine.config import LearnedConfig
+    from hpengine.jobs._paths import peek_index_meta
+    from hpengine.pipeline.retrievers import resolve_ranker
+
+    if isinstance(cfg.engine, LearnedConfig):
+        resolve_ranker(cfg.engine.ranker, str((peek_index_meta(cfg.index) or {}).get("encoder", "")))
+
+
 def _check_grag_parts(cfg: EvalJobConfig) -> None:
     """A method that reads GRAG-MH's parts (grag, or a fusion member) on an index without them is
     refused before any model loads, naming the edit that dropped them when one did."""
@@ -331,6 +342,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
                         f"{builtin_questions_path()}) (got no questions=)")
     check_index_dir(cfg.index, "index")
     check_llm(cfg.model)
+    _check_ranker(cfg)
     if cfg.output:
         check_output_file(cfg.output)
     check_outputs_apart({"output": cfg.output, "eval.checkpoint": cfg.eval.checkpoint},

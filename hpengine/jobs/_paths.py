@@ -85,11 +85,26 @@ def check_output_dir(out: str, *, overwrite: bool, key: str = "out") -> None:
     check_writable(p, key)
 
 
-def check_output_file(path: str, key: str = "output") -> None:
-    """``path`` can receive a result file: not a folder, in a writable folder (created on write)."""
+def check_output_file(path: str, key: str = "output", example: str = "eval.json") -> None:
+    """``path`` can receive a result file: not a folder, not inside an index folder (whose files
+    only the index writes), in a writable folder (created on write). ``example``: the file name
+    the message suggests."""
     if os.path.isdir(path):
-        raise OutputExistsError(f"{key}={path!r} is a folder; name a file such as {os.path.join(path, 'eval.json')!r}")
+        raise OutputExistsError(f"{key}={path!r} is a folder; name a file such as {os.path.join(path, example)!r}")
+    holder = _index_holding(path)
+    if holder is not None:
+        raise OutputExistsError(f"{key}={path!r} is inside the index folder {str(holder)!r}; writing there would "
+                                f"damage the index (name a file outside it)")
     check_writable(path, key)
+
+
+def _index_holding(path: str) -> Path | None:
+    """The nearest existing folder above ``path`` that is an hpengine index, if any."""
+    here = Path(os.path.abspath(path)).parent
+    for folder in (here, *here.parents):
+        if folder.is_dir() and IndexStore(folder).is_index():
+            return folder
+    return None
 
 
 def _same_file(a: str, b: str) -> bool:

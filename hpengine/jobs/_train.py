@@ -11,7 +11,11 @@ import sys
 from hpengine.config import EvalJobConfig, LearnedConfig, TrainJobConfig
 from hpengine.errors import UserError
 from hpengine.jobs._eval import make_engine
-from hpengine.jobs._paths import check_index_dir, check_output_file, peek_index_meta
+from hpengine.jobs._paths import check_index_dir, check_output_file, check_outputs_apart, peek_index_meta
+
+
+#: the fewest held questions whose R@5 difference :func:`format_train_report` gives an interval
+MIN_HELD_FOR_INTERVAL = 20
 
 
 def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
@@ -26,10 +30,12 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
                         f"{count} question files)")
     if not cfg.out:
         raise UserError("train needs out=FILE, the ranker file to write (got no out=)")
-    check_output_file(cfg.out, "out")
+    check_output_file(cfg.out, "out", example="ranker.safetensors")
+    check_outputs_apart({"out": cfg.out}, {"questions": q for q in cfg.questions})
     encoders = {}
     for path in cfg.index:
         check_index_dir(path, "index")
+        check_outputs_apart({"out": cfg.out}, {}, index_dir=path)
         encoders[path] = str((peek_index_meta(path) or {}).get("encoder", ""))
     (a, ea), *rest = encoders.items()
     for b, eb in rest:
@@ -49,6 +55,25 @@ def _questions(cfg: TrainJobConfig, given: list | None = None) -> list:
             raise UserError(f"questions={path!r} has no gold passages to train on (got {len(qs)} questions)")
         out.append(qs)
     return out
+
+
+def _gold_in_index(engines: list, question_sets: list, names: list, paths: list) -> list:
+    """Warnings for questions whose gold passages an index lacks; refused where no question of a
+    file has one in its index (a file written for another corpus would train on nothing)."""
+    from hpengine.pipeline import gold_passage_ids
+
+    warnings = []
+    for engine, qs, name, path in zip(engines, question_sets, names, paths):
+        ids = gold_passage_ids(engine.index, qs)
+        if not any(ids):
+            raise UserError(f"questions={name!r}: none of its {len(qs)} questions' gold passages is in index "
+                            f"{path!r} (were they written for another corpus?); nothing to train on")
+        short = sum(len(found) < len({(t.strip(), x.strip()) for t, x in q.gold_passages})
+                    for q, found in zip(qs, ids))
+        if short:
+            warnings.append(f"{short} of {len(qs)} questions of {name!r} have gold passages that are not in index "
+                            f"{path!r}: they train as if those passages were never found")
+    return warnings
 
 
 def _split(n: int, share: float, seed: int) -> tuple[list, list]:
@@ -74,8 +99,11 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     encoder = _check(cfg, None if questions is None else len(questions))
     question_sets = _questions(cfg, questions)
     engines = [make_engine(EvalJobConfig(index=path, device=cfg.device,
-                                         engine=LearnedConfig(candidate_width=cfg.candidate_width)))
+                                         engine=LearnedConfig(candidate_width=cfg.candidate_width,
+                                                              mention_width=cfg.mention_width)))
                for path in cfg.index]
+    names = cfg.questions if questions is None else [f"questions[{i}]" for i in range(len(questions))]
+    warnings = _gold_in_index(engines, question_sets, names, cfg.index)
     splits = [_split(len(qs), cfg.holdout, cfg.seed) for qs in question_sets]
     adapter = None
     if cfg.adapter_steps:  # on the training questions only: the held-out ones stay unseen
@@ -101,7 +129,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     model = train_ranker(train, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
                          seed=cfg.seed, log=log, adapter=adapter)
     report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0],
-              "adapter_steps": cfg.adapter_steps if adapter is not None else 0}
+              "adapter_steps": cfg.adapter_steps if adapter is not None else 0, "warnings": warnings}
     if held_parts:
         held = RankerExamples.concat(held_parts)
         mine, base = rank_candidates(model, held), fusion_order(held)
@@ -122,14 +150,20 @@ def format_train_report(report: dict, out: str) -> str:
              f"  trained on {report['train_questions']} questions: loss {report['first_loss']:.4f} -> "
              f"{report['loss']:.4f}" + (f", with a query adapter ({report['adapter_steps']} steps)"
                                          if report.get("adapter_steps") else "")]
-    if "held_questions" in report:
-        lines.append(f"  held out {report['held_questions']} questions: R@2 {report['held_recall@2']:.3f} / R@5 "
-                     f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
-                     f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
-        gain = report.get("held_gain@5", [float("nan")])
-        if math.isfinite(gain[0]):  # what the held questions can tell apart (docs/methods/learned.md)
-            lines.append("  R@5 less the fusion's: {:+.1f} points, 95% interval {:+.1f} to {:+.1f} over the held "
-                         "questions".format(*(100 * v for v in gain)))
+    held = report.get("held_questions", 0)
+    if not held:
+        lines.append("  no question held out (holdout=0, or too few questions for its share): nothing validated")
+        return "\n".join(lines)
+    lines.append(f"  held out {held} question{'s' if held != 1 else ''}: R@2 {report['held_recall@2']:.3f} / R@5 "
+                 f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
+                 f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
+    gain = report.get("held_gain@5", [float("nan")])
+    if held < MIN_HELD_FOR_INTERVAL:  # a bootstrap over a handful of questions looks surer than it is
+        lines.append(f"  R@5 less the fusion's: {100 * gain[0]:+.1f} points; {held} held questions are too few for "
+                     f"an interval (it needs {MIN_HELD_FOR_INTERVAL})")
+    elif math.isfinite(gain[0]):  # what the held questions can tell apart (docs/methods/learned.md)
+        lines.append("  R@5 less the fusion's: {:+.1f} points, 95% interval {:+.1f} to {:+.1f} over the held "
+                     "questions".format(*(100 * v for v in gain)))
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 
 import torch
 from torch import Tensor
@@ -134,15 +135,24 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
 
 def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> None:
     """Write the weights and ``meta`` (feature names, encoder, settings) to ``path`` (safetensors)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     header = {"format": RANKER_FORMAT, "format_version": RANKER_VERSION, "hidden": model.hidden,
               "num_features": model.num_features, "adapter_dim": model.adapter_dim, **meta}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    data = save(tensors, metadata={"hpengine": json.dumps(header)})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-    save_file(tensors, tmp, metadata={"hpengine": json.dumps(header)})
-    os.replace(tmp, path)
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:  # created as any file the user writes (the umask's mode), whole before it replaces ``path``
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
@@ -165,8 +175,20 @@ def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
         raise ValueError(f"{path}: not a {RANKER_FORMAT} file of version {RANKER_VERSION} "
                          f"(got {header.get('format')!r} {header.get('format_version')!r})")
     model = CandidateRanker(int(header["num_features"]), int(header["hidden"]), int(header.get("adapter_dim", 0)))
-    try:
-        model.load_state_dict(tensors)
-    except RuntimeError as exc:
-        raise ValueError(f"{path}: weights do not fit the ranker it describes ({str(exc).splitlines()[0][:120]})") from None
+    misfit = _misfit(model.state_dict(), tensors)
+    if misfit:
+        raise ValueError(f"{path}: weights do not fit the ranker it describes ({misfit})")
+    model.load_state_dict(tensors)
     return model.eval(), header
+
+
+def _misfit(expected: dict, found: dict) -> str:
+    """The first weights of ``found`` that are missing, extra or of another shape than
+    ``expected``'s, in a few words ("" when they fit)."""
+    missing = [k for k in expected if k not in found]
+    extra = [k for k in found if k not in expected]
+    shapes = [f"{k} is {list(found[k].shape)}, not {list(expected[k].shape)}" for k in expected
+              if k in found and found[k].shape != expected[k].shape]
+    words = ([f"missing {', '.join(missing[:3])}"] if missing else []) + \
+        ([f"unexpected {', '.join(extra[:3])}"] if extra else []) + shapes[:2]
+    return "; ".join(words)

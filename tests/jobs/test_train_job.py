@@ -9,6 +9,7 @@ from hpengine.config import TrainJobConfig
 from hpengine.errors import UserError
 from hpengine.graph import builtin_questions_path
 from hpengine.jobs import format_train_report, run_train
+from hpengine.jobs._train import MIN_HELD_FOR_INTERVAL
 from hpengine.nn import load_ranker
 from hpengine.pipeline.retrievers import FEATURES
 
@@ -37,8 +38,69 @@ def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     assert text.startswith(f"ranker written to {out}") and "held out 6 questions" in text
     mean, low, high = report["held_gain@5"]  # learned less fusion R@5 on the held questions, 95% interval
     assert abs(mean - (report["held_recall@5"] - report["held_fusion_recall@5"])) < 1e-3 and low <= mean <= high
+    # six held questions: the difference, and no interval that would look surer than they allow
+    assert f"R@5 less the fusion's: {100 * mean:+.1f} points; 6 held questions are too few for an interval" in text
+    assert "95% interval" not in text
+    many = {**report, "held_questions": MIN_HELD_FOR_INTERVAL}
     line = f"R@5 less the fusion's: {100 * mean:+.1f} points, 95% interval {100 * low:+.1f} to {100 * high:+.1f}"
-    assert line in text
+    assert line in format_train_report(many, str(out))
+
+
+def test_the_report_says_when_no_question_was_held_out(saved, tmp_path):
+    out = tmp_path / "all.safetensors"
+    q = str(builtin_questions_path())
+    report = run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(out), epochs=5, hidden=0, holdout=0.0),
+                       progress=False)
+    assert "held_questions" not in report
+    text = format_train_report(report, str(out))
+    assert "no question held out" in text and "held out 0" not in text
+
+
+def test_a_question_file_whose_gold_passages_the_index_lacks_is_refused(saved, tmp_path):
+    import json
+
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"question": f"Who wrote book {i}?", "answer": ["x"],
+                                  "gold_passages": [{"title": "Not here", "text": f"No such passage {i}."}]}
+                                 for i in range(3)]))
+    out = tmp_path / "r.safetensors"
+    out.write_bytes(b"an earlier ranker")
+    with pytest.raises(UserError, match="none of its 3 questions' gold passages is in index") as exc:
+        run_train(TrainJobConfig(index=saved[:1], questions=[str(other)], out=str(out)), progress=False)
+    assert "\n" not in str(exc.value) and out.read_bytes() == b"an earlier ranker"  # nothing written
+
+
+def test_questions_without_their_gold_passages_in_the_index_are_named(saved, tmp_path):
+    import json
+
+    rows = json.loads(builtin_questions_path().read_text())
+    rows[0]["gold_passages"] = [*rows[0]["gold_passages"], {"title": "Not here", "text": "No such passage."}]
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps(rows))
+    report = run_train(TrainJobConfig(index=saved[:1], questions=[str(mixed)], out=str(tmp_path / "r.safetensors"),
+                                      epochs=5, hidden=0), progress=False)
+    assert report["warnings"] == [f"1 of {len(rows)} questions of {str(mixed)!r} have gold passages that are not in "
+                                  f"index {saved[0]!r}: they train as if those passages were never found"]
+
+
+@pytest.mark.parametrize("where", ["questions", "inside the index", "inside another index", "a folder"])
+def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
+    import shutil
+
+    def no_model(*args):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    q = tmp_path / "q.json"
+    shutil.copy(builtin_questions_path(), q)
+    out = {"questions": str(q), "inside the index": f"{saved[0]}/index.json",
+           "inside another index": f"{saved[1]}/index.json", "a folder": saved[0]}[where]
+    before = {p: p.read_bytes() for p in [q, *sorted(tmp_path.glob("[ab]/**/*"))] if p.is_file()}
+    with pytest.raises(UserError) as exc:
+        run_train(TrainJobConfig(index=saved[:1], questions=[str(q)], out=out), progress=False)
+    assert "\n" not in str(exc.value) and ("destroy that input" in str(exc.value) or "index folder" in str(exc.value)
+                                            or "ranker.safetensors" in str(exc.value))
+    assert {p: p.read_bytes() for p in before} == before  # nothing read was touched
 
 
 def test_by_default_the_ranker_trains_alone(saved, tmp_path):
@@ -108,3 +170,32 @@ def test_hpengine_train_on_the_command_line(saved, tmp_path, capsys):
         main(["train", saved[0], f"questions={q}", f"out={out}", "epoch=3"])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.startswith("hpengine: error: unknown key 'epoch'") and "\n" not in err
+
+
+def test_hpengine_train_refuses_a_device_this_machine_lacks(saved, tmp_path, capsys, monkeypatch):
+    import torch
+
+    from hpengine.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    q = str(builtin_questions_path())
+    with pytest.raises(SystemExit) as exc:
+        main(["train", saved[0], f"questions={q}", f"out={tmp_path / 'r.safetensors'}", "device=cuda"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.startswith("hpengine: error: device='cuda' is not available") and "\n" not in err
+    assert not (tmp_path / "r.safetensors").exists()
+
+
+def test_eval_refuses_a_missing_ranker_before_any_model_loads(saved, tmp_path, capsys, monkeypatch):
+    from hpengine.cli import main
+
+    def no_model(*args):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    q = str(builtin_questions_path())
+    for ranker, message in ((tmp_path / "nope.safetensors", "no such file"), (tmp_path, "is a folder")):
+        with pytest.raises(SystemExit) as exc:
+            main(["eval", saved[0], f"questions={q}", "retriever=learned", f"engine.ranker={ranker}"])
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 2 and err.startswith("hpengine: error: ") and message in err and "\n" not in err

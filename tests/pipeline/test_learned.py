@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from hpengine.config import LearnedConfig
 from hpengine.errors import UserError
@@ -162,16 +163,52 @@ def test_ranker_files_are_checked(examples, tmp_path, builtin_index):
     save_ranker(model, other, {**ranker_meta(engine, ex), "encoder": "another-encoder"})
     schema = tmp_path / "schema.safetensors"
     save_ranker(CandidateRanker(2, hidden=0), schema, {**ranker_meta(engine, ex), "features": ["a", "b"]})
+    renamed = tmp_path / "renamed.safetensors"  # one feature renamed: the message names it, not every feature
+    names = [*FEATURES[:-1], "bm25"]
+    save_ranker(model, renamed, {**ranker_meta(engine, ex), "features": names})
     damaged = tmp_path / "damaged.safetensors"
     damaged.write_bytes(b"\x10" * 20)
-    cases = {other: "trained for encoder 'another-encoder'", schema: "reads features", damaged: "not a ranker file",
-             tmp_path / "missing.safetensors": "no such file"}
+    cases = {other: "trained for encoder 'another-encoder'", schema: "other features.*it lacks rr_dense, ",
+             renamed: f"it lacks {FEATURES[-1]}; it reads bm25, which this hpengine does not compute",
+             damaged: "not a ranker file", tmp_path / "missing.safetensors": "no such file",
+             tmp_path: "is a folder; name a ranker file"}
     cases[""] = "no ranker ships for encoder"  # the default: none ships for the test's hashing encoder
     for path, message in cases.items():
         learned = Engine(index, encoder, config=LearnedConfig(ranker=str(path)))
         with pytest.raises(UserError, match=message) as exc:
             learned.answer([questions[0].question])
         assert "\n" not in str(exc.value)
+
+
+def test_a_ranker_whose_weights_misfit_its_header_names_them(examples, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    engine, _, ex = examples
+    path = tmp_path / "r.safetensors"
+    save_ranker(CandidateRanker(len(FEATURES), hidden=4), path, ranker_meta(engine, ex))
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(path))
+    tensors["mlp.0.weight"] = tensors["mlp.0.weight"][:2]  # two hidden units where the header says four
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(ValueError, match=r"mlp.0.weight is \[2, .*\], not \[4, ") as exc:
+        load_ranker(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_ranker_file_is_written_with_the_users_file_mode(examples, tmp_path):
+    import os
+    import stat
+
+    engine, _, ex = examples
+    path = tmp_path / "r.safetensors"
+    old = os.umask(0o022)
+    try:
+        save_ranker(CandidateRanker(len(FEATURES), hidden=0), path, ranker_meta(engine, ex))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # readable by others sharing the folder, as index files are
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.safetensors"]  # no temporary file left
 
 
 def test_listwise_loss_ignores_questions_without_gold():

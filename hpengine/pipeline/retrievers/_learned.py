@@ -96,6 +96,9 @@ def resolve_ranker(path: str, encoder: str) -> tuple:
 
     where = Path(path) if path else default_ranker_path(encoder)
     if not where.is_file():
+        if path and where.is_dir():
+            raise UserError(f"engine.ranker={path!r} is a folder; name a ranker file (hpengine train ... "
+                            f"out=ranker.safetensors writes one)")
         if path:
             raise UserError(f"engine.ranker={path!r}: no such file")
         raise UserError(f"no ranker ships for encoder {encoder!r}; train one with `hpengine train IDX questions=FILE "
@@ -108,9 +111,18 @@ def resolve_ranker(path: str, encoder: str) -> tuple:
         raise UserError(f"ranker {str(where)!r} was trained for encoder {meta.get('encoder')!r}, and this index uses "
                         f"{encoder!r}; train one on this encoder's indexes (hpengine train)")
     if list(meta.get("features") or ()) != list(FEATURES):
-        raise UserError(f"ranker {str(where)!r} reads features {meta.get('features')!r}, not this hpengine's "
-                        f"{list(FEATURES)!r}; train it again")
+        raise UserError(f"ranker {str(where)!r} was trained on other features than this hpengine computes "
+                        f"({_schema_difference(list(meta.get('features') or ()), list(FEATURES))}); train it again")
     return model, meta
+
+
+def _schema_difference(theirs: list, ours: list) -> str:
+    """What a ranker's feature list lacks, adds, or orders differently, in a few words."""
+    lacks, adds = [f for f in ours if f not in theirs], [f for f in theirs if f not in ours]
+    parts = ([f"it lacks {', '.join(lacks[:4])}{' ...' if len(lacks) > 4 else ''}"] if lacks else []) + \
+        ([f"it reads {', '.join(adds[:4])}{' ...' if len(adds) > 4 else ''}, which this hpengine does not compute"]
+         if adds else [])
+    return "; ".join(parts) or "the same features in another order"
 
 
 @register_retriever
