@@ -41,15 +41,19 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
 
 
-def _check_ranker(cfg: EvalJobConfig) -> None:
+def _check_ranker(cfg: EvalJobConfig) -> str:
     """The learned method's ranker (``engine.ranker``, or the one shipped for the index's encoder)
-    is read before any model loads: a missing or mismatched one is refused at once."""
+    is read before any model loads: a missing or mismatched one is refused at once. Returns its
+    path ("" for the other methods)."""
     from hpengine.config import LearnedConfig
     from hpengine.jobs._paths import peek_index_meta
-    from hpengine.pipeline.retrievers import resolve_ranker
+    from hpengine.pipeline.retrievers import default_ranker_path, resolve_ranker
 
-    if isinstance(cfg.engine, LearnedConfig):
-        resolve_ranker(cfg.engine.ranker, str((peek_index_meta(cfg.index) or {}).get("encoder", "")))
+    if not isinstance(cfg.engine, LearnedConfig):
+        return ""
+    encoder = str((peek_index_meta(cfg.index) or {}).get("encoder", ""))
+    resolve_ranker(cfg.engine.ranker, encoder)
+    return cfg.engine.ranker or str(default_ranker_path(encoder))
 
 
 def _check_grag_parts(cfg: EvalJobConfig) -> None:
@@ -342,7 +346,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
                         f"{builtin_questions_path()}) (got no questions=)")
     check_index_dir(cfg.index, "index")
     check_llm(cfg.model)
-    _check_ranker(cfg)
+    ranker = _check_ranker(cfg)
     if cfg.output:
         check_output_file(cfg.output)
     check_outputs_apart({"output": cfg.output, "eval.checkpoint": cfg.eval.checkpoint},
@@ -367,6 +371,8 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
         return None
     result["config"] = {"index": cfg.index, "questions": cfg.questions, "retrieval": asdict(cfg.retrieval),
                         "engine": asdict(cfg.engine), "model": asdict(cfg.model)}
+    if ranker:  # the file that ranked, the shipped one included (engine.ranker is "" then)
+        result["ranker"] = ranker
     if cfg.output:
         write_result(result, cfg.output)
     return result

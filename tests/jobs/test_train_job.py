@@ -199,3 +199,17 @@ def test_eval_refuses_a_missing_ranker_before_any_model_loads(saved, tmp_path, c
             main(["eval", saved[0], f"questions={q}", "retriever=learned", f"engine.ranker={ranker}"])
         err = capsys.readouterr().err.strip()
         assert exc.value.code == 2 and err.startswith("hpengine: error: ") and message in err and "\n" not in err
+
+
+def test_eval_records_the_ranker_that_ranked(saved, tmp_path):
+    from hpengine.config import EvalConfig, EvalJobConfig, LearnedConfig
+    from hpengine.jobs import run_eval
+
+    out = tmp_path / "r.safetensors"
+    q = str(builtin_questions_path())
+    run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(out), epochs=5, hidden=0), progress=False)
+    result = run_eval(EvalJobConfig(index=saved[0], questions=q, engine=LearnedConfig(ranker=str(out)),
+                                    eval=EvalConfig(max_questions=2)), progress=False)
+    assert result["ranker"] == str(out) and result["config"]["engine"]["ranker"] == str(out)
+    plain = run_eval(EvalJobConfig(index=saved[0], questions=q, eval=EvalConfig(max_questions=2)), progress=False)
+    assert "ranker" not in plain  # only the learned method reads one
