@@ -41,19 +41,25 @@ def make_engine(cfg: EvalJobConfig, index=None, encoder=None) -> Engine:
     return Engine(index, encoder, cfg.retrieval, cfg.engine, decomposer=decomposer, reader=reader)
 
 
-def _check_ranker(cfg: EvalJobConfig) -> str:
+def _check_ranker(cfg: EvalJobConfig) -> tuple[str, list]:
     """The learned method's ranker (``engine.ranker``, or the one shipped for the index's encoder)
     is read before any model loads: a missing or mismatched one is refused at once. Returns its
-    path ("" for the other methods)."""
+    path ("" for the other methods) and a warning where the engine's candidates are wider or
+    narrower than the ones it was trained on."""
     from hpengine.config import LearnedConfig
     from hpengine.jobs._paths import peek_index_meta
     from hpengine.pipeline.retrievers import default_ranker_path, resolve_ranker
 
     if not isinstance(cfg.engine, LearnedConfig):
-        return ""
+        return "", []
     encoder = str((peek_index_meta(cfg.index) or {}).get("encoder", ""))
-    resolve_ranker(cfg.engine.ranker, encoder)
-    return cfg.engine.ranker or str(default_ranker_path(encoder))
+    _, meta = resolve_ranker(cfg.engine.ranker, encoder)
+    path = cfg.engine.ranker or str(default_ranker_path(encoder))
+    differ = [f"{key}={meta[key]} (this run: {getattr(cfg.engine, key)})" for key in ("candidate_width", "mention_width")
+              if key in meta and meta[key] != getattr(cfg.engine, key)]
+    warnings = [f"ranker {path!r} was trained on candidates of {', '.join(differ)}; its ordering may not carry over "
+                f"to other candidates"] if differ else []
+    return path, warnings
 
 
 def _check_grag_parts(cfg: EvalJobConfig) -> None:
@@ -346,7 +352,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
                         f"{builtin_questions_path()}) (got no questions=)")
     check_index_dir(cfg.index, "index")
     check_llm(cfg.model)
-    ranker = _check_ranker(cfg)
+    ranker, ranker_warnings = _check_ranker(cfg)
     if cfg.output:
         check_output_file(cfg.output)
     check_outputs_apart({"output": cfg.output, "eval.checkpoint": cfg.eval.checkpoint},
@@ -373,6 +379,7 @@ def run_eval(cfg: EvalJobConfig, progress: bool = True, *, evaluator=None) -> di
                         "engine": asdict(cfg.engine), "model": asdict(cfg.model)}
     if ranker:  # the file that ranked, the shipped one included (engine.ranker is "" then)
         result["ranker"] = ranker
+        result["warnings"] = [*ranker_warnings, *result.get("warnings", [])]
     if cfg.output:
         write_result(result, cfg.output)
     return result

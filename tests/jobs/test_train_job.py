@@ -211,5 +211,13 @@ def test_eval_records_the_ranker_that_ranked(saved, tmp_path):
     result = run_eval(EvalJobConfig(index=saved[0], questions=q, engine=LearnedConfig(ranker=str(out)),
                                     eval=EvalConfig(max_questions=2)), progress=False)
     assert result["ranker"] == str(out) and result["config"]["engine"]["ranker"] == str(out)
+    assert not any("trained on candidates" in w for w in result["warnings"])
+    narrow = tmp_path / "narrow.safetensors"
+    run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(narrow), epochs=5, hidden=0, candidate_width=10,
+                             mention_width=0), progress=False)
+    wide = run_eval(EvalJobConfig(index=saved[0], questions=q, engine=LearnedConfig(ranker=str(narrow)),
+                                  eval=EvalConfig(max_questions=2)), progress=False)
+    assert (f"ranker {str(narrow)!r} was trained on candidates of candidate_width=10 (this run: 30), mention_width=0 "
+            f"(this run: 20)") in wide["warnings"][0]
     plain = run_eval(EvalJobConfig(index=saved[0], questions=q, eval=EvalConfig(max_questions=2)), progress=False)
     assert "ranker" not in plain  # only the learned method reads one
