@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -47,6 +48,21 @@ def native_bfloat16(device: str | torch.device) -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a build without oneDNN
         return False
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """transformers' per-load "Loading weights" bar off while a model loads (hpengine's commands
+    print their own progress), then as it was."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def resolve_dtype(name: str, device: str | torch.device = "cpu", key: str = "encoder.dtype") -> torch.dtype:
@@ -288,8 +304,9 @@ class Encoder:
 
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
-            model = AutoModel.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, cfg.device),
-                                              local_files_only=local_only)
+            with quiet_loading():
+                model = AutoModel.from_pretrained(path, dtype=resolve_dtype(cfg.dtype, cfg.device),
+                                                  local_files_only=local_only)
         except (OSError, ValueError) as err:  # a folder or hub model transformers cannot read
             from hpengine.errors import UserError
 

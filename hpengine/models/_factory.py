@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 from hpengine.config import EncoderConfig, ExtractorConfig, ModelConfig
 from hpengine.errors import UserError
 from hpengine.models._decomposer import Decomposer
-from hpengine.models._encoder import Encoder, resolve_dtype
+from hpengine.models._encoder import Encoder, quiet_loading, resolve_dtype
 from hpengine.models._extract_fast import FastExtractor
 from hpengine.models._extract_llm import LLMExtractor
 from hpengine.models._reader import Reader
@@ -127,7 +127,8 @@ def load_llm(cfg: ModelConfig):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(cfg.llm)
-    model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=resolve_dtype(cfg.dtype, cfg.device, "model.dtype"))
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(cfg.llm, dtype=resolve_dtype(cfg.dtype, cfg.device, "model.dtype"))
     model = model.to(cfg.device).eval()
     batching = {"batch_size": cfg.batch_size, "max_batch_tokens": cfg.max_batch_tokens,
                 "prefix_cache": cfg.prefix_cache}

@@ -189,6 +189,15 @@ def st_folder(tiny, tmp_path):
     return tmp_path
 
 
+def test_loading_an_encoder_prints_no_bar_of_its_own(st_folder, capfd):
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    Encoder(EncoderConfig(name_or_path=str(st_folder), dtype="float32", max_length=64))
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # transformers' setting as it was
+
+
 def test_folder_prompts_and_explicit_override(st_folder):
     cfg = EncoderConfig(name_or_path=str(st_folder), dtype="float32", max_length=64)
     enc = Encoder(cfg)
