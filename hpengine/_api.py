@@ -386,7 +386,12 @@ def train(indexes, questions, out, *, progress: bool = False, **settings) -> dic
     from hpengine.config import TrainJobConfig
     from hpengine.jobs import run_train
 
-    paths = [os.fspath(p) for p in indexes] if isinstance(indexes, (list, tuple)) else [os.fspath(indexes)]
+    given = list(indexes) if isinstance(indexes, (list, tuple)) else [indexes]
+    for item in given:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"train reads index folders (it computes candidates on each): pass the folder the index "
+                            f"was built in or opened from (got {type(item).__name__})")
+    paths = [os.fspath(p) for p in given]
     sets = questions if isinstance(questions, (list, tuple)) and len(paths) > 1 else [questions]
     files = [q for q in sets if isinstance(q, (str, os.PathLike))]
     cfg = _settings(TrainJobConfig, None, settings, {"index": paths, "out": os.fspath(out),

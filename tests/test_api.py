@@ -78,3 +78,9 @@ def test_records_follow_the_corpus_file_rules(tmp_path):
     assert [(p.title, p.text) for p in index.passages] == [("A", "Alpha is a river in Sarn.")]
     report = index.meta["build_report"]["corpus_report"]
     assert (report["duplicates_dropped"], report["empty_skipped"]) == (1, 1)
+
+
+def test_train_names_what_it_takes_when_given_an_index_object(index, tmp_path):
+    with pytest.raises(TypeError, match=r"train reads index folders.*\(got Index\)"):
+        hpengine.train(index, hpengine.demo_questions()[:4], tmp_path / "r.safetensors")
+    assert not (tmp_path / "r.safetensors").exists()
