@@ -40,9 +40,12 @@ def check_writable(path: str | os.PathLike, key: str) -> None:
     """``path`` itself when it is a folder (an index to edit: on a read-only file system even root
     may not write it), else the nearest existing ancestor of ``path``, is a writable folder."""
     here = Path(os.path.abspath(path))
-    parent = here if here.is_dir() else here.parent
-    while not parent.exists():
-        parent = parent.parent
+    try:
+        parent = here if here.is_dir() else here.parent
+        while not parent.exists():
+            parent = parent.parent
+    except OSError as exc:  # a folder on the way this user may not search
+        raise UserError(f"{key}={str(path)!r}: {exc.strerror or exc} ({exc.filename or here})") from None
     if not parent.is_dir():
         raise UserError(f"{key}={str(path)!r}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -90,6 +93,8 @@ def check_output_file(path: str, key: str = "output", example: str = "eval.json"
     only the index writes), in a writable folder (created on write). ``example``: the file name
     the message suggests."""
     if os.path.isdir(path):
+        if IndexStore(path).is_index():
+            raise OutputExistsError(f"{key}={path!r} is an index folder; name a file outside it, such as {example!r}")
         raise OutputExistsError(f"{key}={path!r} is a folder; name a file such as {os.path.join(path, example)!r}")
     holder = _index_holding(path)
     if holder is not None:
@@ -99,11 +104,15 @@ def check_output_file(path: str, key: str = "output", example: str = "eval.json"
 
 
 def _index_holding(path: str) -> Path | None:
-    """The nearest existing folder above ``path`` that is an hpengine index, if any."""
-    here = Path(os.path.abspath(path)).parent
+    """The nearest existing folder above ``path`` (links resolved: a link into an index is inside
+    it) that is an hpengine index, if any; a folder this user cannot read is not one."""
+    here = Path(os.path.realpath(path)).parent
     for folder in (here, *here.parents):
-        if folder.is_dir() and IndexStore(folder).is_index():
-            return folder
+        try:
+            if folder.is_dir() and IndexStore(folder).is_index():
+                return folder
+        except OSError:
+            continue
     return None
 
 

@@ -31,7 +31,7 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
     if not cfg.out:
         raise UserError("train needs out=FILE, the ranker file to write (got no out=)")
     check_output_file(cfg.out, "out", example="ranker.safetensors")
-    check_outputs_apart({"out": cfg.out}, {"questions": q for q in cfg.questions})
+    check_outputs_apart({"out": cfg.out}, {f"questions[{i}]": q for i, q in enumerate(cfg.questions)})
     encoders = {}
     for path in cfg.index:
         check_index_dir(path, "index")
@@ -57,14 +57,14 @@ def _questions(cfg: TrainJobConfig, given: list | None = None) -> list:
     return out
 
 
-def _gold_in_index(engines: list, question_sets: list, names: list, paths: list) -> list:
+def _gold_in_index(indexes: list, question_sets: list, names: list, paths: list) -> list:
     """Warnings for questions whose gold passages an index lacks; refused where no question of a
     file has one in its index (a file written for another corpus would train on nothing)."""
     from hpengine.pipeline import gold_passage_ids
 
     warnings = []
-    for engine, qs, name, path in zip(engines, question_sets, names, paths):
-        ids = gold_passage_ids(engine.index, qs)
+    for index, qs, name, path in zip(indexes, question_sets, names, paths):
+        ids = gold_passage_ids(index, qs)
         if not any(ids):
             raise UserError(f"questions={name!r}: none of its {len(qs)} questions' gold passages is in index "
                             f"{path!r} (were they written for another corpus?); nothing to train on")
@@ -90,28 +90,29 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
 
     Raises:
         UserError: no index, unpaired question files, indexes of different encoders, a question file
-            without gold passages, an unwritable ``out``; all before any model loads.
+            without gold passages (or none in its index), a split that leaves nothing to train on, an
+            unwritable ``out``; all before any model loads.
     """
-    from hpengine.pipeline import (RankerExamples, adapter_part, fusion_order, paired_difference, rank_candidates,
-                                   ranker_examples, ranker_meta, recall_at, recall_per_question, train_adapter,
-                                   train_ranker, write_ranker)
+    from hpengine.graph import Index
+    from hpengine.pipeline import RankerExamples, ranker_examples, ranker_meta, train_adapter, train_ranker
 
     encoder = _check(cfg, None if questions is None else len(questions))
     question_sets = _questions(cfg, questions)
+    names = cfg.questions if questions is None else [f"questions[{i}]" for i in range(len(questions))]
+    splits = [_split(len(qs), cfg.holdout, cfg.seed) for qs in question_sets]
+    if not sum(len(rows) for rows, _ in splits):
+        raise UserError(f"holdout={cfg.holdout} holds out every question ({sum(map(len, question_sets))} in all); "
+                        f"nothing is left to train on (lower holdout=, or give more questions)")
+    indexes = [Index.load(path, device=cfg.device) for path in cfg.index]
+    warnings = _gold_in_index(indexes, question_sets, names, cfg.index)  # before the encoder loads
     engines = [make_engine(EvalJobConfig(index=path, device=cfg.device,
                                          engine=LearnedConfig(candidate_width=cfg.candidate_width,
-                                                              mention_width=cfg.mention_width)))
-               for path in cfg.index]
-    names = cfg.questions if questions is None else [f"questions[{i}]" for i in range(len(questions))]
-    warnings = _gold_in_index(engines, question_sets, names, cfg.index)
-    splits = [_split(len(qs), cfg.holdout, cfg.seed) for qs in question_sets]
+                                                              mention_width=cfg.mention_width)), index=index)
+               for path, index in zip(cfg.index, indexes)]
     adapter = None
     if cfg.adapter_steps:  # on the training questions only: the held-out ones stay unseen
-        parts = [adapter_part(e, [qs[r] for r in rows], batch_size=cfg.batch_size)
-                 for e, qs, (rows, _) in zip(engines, question_sets, splits)]
-        say_adapter = (lambda step, loss: print(f"adapter step {step}: loss {loss:.4f}", file=sys.stderr)) \
-            if progress else None
-        adapter = train_adapter(parts, steps=cfg.adapter_steps, seed=cfg.seed, log=say_adapter)
+        adapter = train_adapter(_adapter_parts(engines, question_sets, splits, cfg), steps=cfg.adapter_steps,
+                                seed=cfg.seed, log=_say("adapter step") if progress else None)
     train_parts, held_parts = [], []
     for path, engine, qs, (train_rows, held_rows) in zip(cfg.index, engines, question_sets, splits):
         say = (lambda done, total, p=path: print(f"\r{p}: candidates of {done}/{total} questions", end="",
@@ -124,24 +125,55 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
             held_parts.append(examples.subset(held_rows))
     train = RankerExamples.concat(train_parts)
     losses = []
-    log = (lambda epoch, loss: (losses.append(loss), print(f"epoch {epoch}: loss {loss:.4f}", file=sys.stderr))) \
-        if progress else (lambda epoch, loss: losses.append(loss))
+    say_epoch = _say("epoch") if progress else (lambda epoch, loss: None)
     model = train_ranker(train, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                         seed=cfg.seed, log=log, adapter=adapter)
+                         seed=cfg.seed, log=lambda epoch, loss: (losses.append(loss), say_epoch(epoch, loss)),
+                         adapter=adapter)
     report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0],
               "adapter_steps": cfg.adapter_steps if adapter is not None else 0, "warnings": warnings}
     if held_parts:
-        held = RankerExamples.concat(held_parts)
-        mine, base = rank_candidates(model, held), fusion_order(held)
-        report.update(held_questions=len(held), **{f"held_recall@{k}": round(recall_at(mine, held, k), 4)
-                                                  for k in (2, 5)},
-                      **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)},
-                      **{"held_gain@5": [round(v, 4) for v in paired_difference(
-                          recall_per_question(mine, held, 5), recall_per_question(base, held, 5))]})
+        report.update(_held_report(model, RankerExamples.concat(held_parts)))
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
                                                                          "holdout", "seed", "adapter_steps")}
-    write_ranker(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
+    _write(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
     return report
+
+
+def _say(what: str):
+    """A progress line on stderr for each ``(step, loss)``."""
+    return lambda step, loss: print(f"{what} {step}: loss {loss:.4f}", file=sys.stderr)
+
+
+def _adapter_parts(engines: list, question_sets: list, splits: list, cfg: TrainJobConfig) -> list:
+    """What the query adapter trains on: each index's training questions (never the held ones)."""
+    from hpengine.pipeline import adapter_part
+
+    return [adapter_part(e, [qs[r] for r in rows], batch_size=cfg.batch_size)
+            for e, qs, (rows, _) in zip(engines, question_sets, splits)]
+
+
+def _held_report(model, held) -> dict:
+    """The held questions' R@2 / R@5, the fusion's on the same candidates, and the R@5 difference
+    with its 95% interval (:func:`~hpengine.pipeline.paired_difference`)."""
+    from hpengine.pipeline import fusion_order, paired_difference, rank_candidates, recall_at, recall_per_question
+
+    mine, base = rank_candidates(model, held), fusion_order(held)
+    gain = paired_difference(recall_per_question(mine, held, 5), recall_per_question(base, held, 5))
+    return {"held_questions": len(held), **{f"held_recall@{k}": round(recall_at(mine, held, k), 4) for k in (2, 5)},
+            **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)},
+            "held_gain@5": [round(v, 4) for v in gain]}
+
+
+def _write(model, out: str, meta: dict) -> None:
+    """The ranker file, or one line saying why it could not be written (the trained model is
+    lost with the process, so say it plainly)."""
+    from hpengine.pipeline import write_ranker
+
+    try:
+        write_ranker(model, out, meta)
+    except OSError as exc:
+        raise UserError(f"out={out!r}: the ranker could not be written ({exc.strerror or exc}); nothing was "
+                        f"replaced") from None
 
 
 def format_train_report(report: dict, out: str) -> str:

@@ -53,16 +53,21 @@ def native_bfloat16(device: str | torch.device) -> bool:
 @contextlib.contextmanager
 def quiet_loading():
     """transformers' per-load "Loading weights" bar off while a model loads (hpengine's commands
-    print their own progress), then as it was."""
+    print their own progress); a download's bar (huggingface_hub's) stays as it was, and both
+    settings are as they were afterwards."""
+    from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
 
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    was, hub_was_off = hf_logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # turns the hub's bars off too
+    if not hub_was_off:
+        hub_utils.enable_progress_bars()  # a first download of a large model still shows its progress
     try:
         yield
     finally:
         if was:
             hf_logging.enable_progress_bar()
+        (hub_utils.disable_progress_bars if hub_was_off else hub_utils.enable_progress_bars)()
 
 
 def resolve_dtype(name: str, device: str | torch.device = "cpu", key: str = "encoder.dtype") -> torch.dtype:

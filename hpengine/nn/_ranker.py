@@ -142,7 +142,8 @@ def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> 
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     data = save(tensors, metadata={"hpengine": json.dumps(header)})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.tmp-{secrets.token_hex(6)}")  # hidden beside it until it is whole
     try:  # created as any file the user writes (the umask's mode), whole before it replaces ``path``
         with open(tmp, "xb") as f:
             f.write(data)

@@ -2,6 +2,7 @@
 held-out share, writes a ranker the learned method reads; refuses bad input in one line before any
 model loads."""
 import dataclasses
+import re
 
 import pytest
 
@@ -83,7 +84,17 @@ def test_questions_without_their_gold_passages_in_the_index_are_named(saved, tmp
                                   f"index {saved[0]!r}: they train as if those passages were never found"]
 
 
-@pytest.mark.parametrize("where", ["questions", "inside the index", "inside another index", "a folder"])
+OUT_CASES = {  # where out= points: the message that refuses it
+    "the first of two question files": "is the questions[0] file",
+    "the second of two question files": "is the questions[1] file",
+    "inside the index": "is inside the index folder",
+    "inside another index": "is inside the index folder",
+    "through a link into another index": "is inside the index folder",
+    "an index folder": "is an index folder; name a file outside it",
+}
+
+
+@pytest.mark.parametrize("where", sorted(OUT_CASES))
 def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
     import shutil
 
@@ -91,16 +102,47 @@ def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
         raise AssertionError("a model loaded")
 
     monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
-    q = tmp_path / "q.json"
-    shutil.copy(builtin_questions_path(), q)
-    out = {"questions": str(q), "inside the index": f"{saved[0]}/index.json",
-           "inside another index": f"{saved[1]}/index.json", "a folder": saved[0]}[where]
-    before = {p: p.read_bytes() for p in [q, *sorted(tmp_path.glob("[ab]/**/*"))] if p.is_file()}
-    with pytest.raises(UserError) as exc:
-        run_train(TrainJobConfig(index=saved[:1], questions=[str(q)], out=out), progress=False)
-    assert "\n" not in str(exc.value) and ("destroy that input" in str(exc.value) or "index folder" in str(exc.value)
-                                            or "ranker.safetensors" in str(exc.value))
+    q1, q2 = tmp_path / "q1.json", tmp_path / "q2.json"
+    for q in (q1, q2):
+        shutil.copy(builtin_questions_path(), q)
+    generation = next(p for p in (tmp_path / "b").iterdir() if p.is_dir())
+    (tmp_path / "link").symlink_to(generation)
+    out = {"the first of two question files": q1, "the second of two question files": q2,
+           "inside the index": f"{saved[0]}/index.json", "inside another index": f"{saved[1]}/index.json",
+           "through a link into another index": tmp_path / "link" / "r.safetensors", "an index folder": saved[1]}[where]
+    before = {p: p.read_bytes() for p in [q1, q2, *sorted(tmp_path.glob("[ab]/**/*"))] if p.is_file()}
+    with pytest.raises(UserError, match=re.escape(OUT_CASES[where])) as exc:
+        run_train(TrainJobConfig(index=[saved[0], saved[0]], questions=[str(q1), str(q2)], out=str(out)),
+                  progress=False)
+    assert "\n" not in str(exc.value)
     assert {p: p.read_bytes() for p in before} == before  # nothing read was touched
+
+
+def test_a_split_that_holds_out_every_question_is_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
+    import json
+
+    def no_model(*args):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:2]))
+    with pytest.raises(UserError, match="holdout=0.9 holds out every question \\(2 in all\\)"):
+        run_train(TrainJobConfig(index=saved[:1], questions=[str(two)], out=str(tmp_path / "r.safetensors"),
+                                 holdout=0.9), progress=False)
+    assert not (tmp_path / "r.safetensors").exists()
+
+
+def test_a_ranker_that_cannot_be_written_is_one_line(saved, tmp_path, monkeypatch):
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("hpengine.pipeline.write_ranker", full)
+    q = str(builtin_questions_path())
+    with pytest.raises(UserError, match="the ranker could not be written \\(No space left on device\\)") as exc:
+        run_train(TrainJobConfig(index=saved[:1], questions=[q], out=str(tmp_path / "r.safetensors"), epochs=2,
+                                 hidden=0), progress=False)
+    assert "\n" not in str(exc.value)
 
 
 def test_by_default_the_ranker_trains_alone(saved, tmp_path):
@@ -156,7 +198,6 @@ def test_the_command_line_pairs_each_question_file_with_its_index():
             parse_train_args(args)
 
 
-
 def test_hpengine_train_on_the_command_line(saved, tmp_path, capsys):
     from hpengine.cli import main
 
@@ -201,7 +242,7 @@ def test_eval_refuses_a_missing_ranker_before_any_model_loads(saved, tmp_path, c
         assert exc.value.code == 2 and err.startswith("hpengine: error: ") and message in err and "\n" not in err
 
 
-def test_eval_records_the_ranker_that_ranked(saved, tmp_path):
+def test_eval_records_the_ranker_that_ranked(saved, tmp_path, monkeypatch):
     from hpengine.config import EvalConfig, EvalJobConfig, LearnedConfig
     from hpengine.jobs import run_eval
 
@@ -219,5 +260,10 @@ def test_eval_records_the_ranker_that_ranked(saved, tmp_path):
                                   eval=EvalConfig(max_questions=2)), progress=False)
     assert (f"ranker {str(narrow)!r} was trained on candidates of candidate_width=10 (this run: 30), mention_width=0 "
             f"(this run: 20)") in wide["warnings"][0]
+    monkeypatch.setattr("hpengine.pipeline.retrievers._learned.default_ranker_path", lambda encoder: out)
+    monkeypatch.setattr("hpengine.pipeline.retrievers.default_ranker_path", lambda encoder: out)
+    shipped = run_eval(EvalJobConfig(index=saved[0], questions=q, engine=LearnedConfig(),
+                                     eval=EvalConfig(max_questions=2)), progress=False)
+    assert shipped["ranker"] == str(out) and shipped["config"]["engine"]["ranker"] == ""  # the one shipped
     plain = run_eval(EvalJobConfig(index=saved[0], questions=q, eval=EvalConfig(max_questions=2)), progress=False)
     assert "ranker" not in plain  # only the learned method reads one

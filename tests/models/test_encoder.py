@@ -190,12 +190,17 @@ def st_folder(tiny, tmp_path):
 
 
 def test_loading_an_encoder_prints_no_bar_of_its_own(st_folder, capfd):
+    from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
 
-    assert hf_logging.is_progress_bar_enabled()
+    from hpengine.models._encoder import quiet_loading
+
+    before = hf_logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()
     Encoder(EncoderConfig(name_or_path=str(st_folder), dtype="float32", max_length=64))
     assert "Loading weights" not in capfd.readouterr().err
-    assert hf_logging.is_progress_bar_enabled()  # transformers' setting as it was
+    assert (hf_logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()) == before  # as they were
+    with quiet_loading():  # a download's bar (the hub's) stays as the user set it
+        assert hub_utils.are_progress_bars_disabled() == before[1] and not hf_logging.is_progress_bar_enabled()
 
 
 def test_folder_prompts_and_explicit_override(st_folder):
