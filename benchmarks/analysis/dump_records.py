@@ -29,7 +29,7 @@ import time
 def dump(args) -> None:
     import torch
 
-    from hpengine.config import EncoderConfig
+    from hpengine.config import EncoderConfig, LearnedConfig
     from hpengine.eval import load_questions
     from hpengine.graph import Index
     from hpengine.models import Decomposer, Reader
@@ -53,7 +53,8 @@ def dump(args) -> None:
             start = time.time()
             llm = {} if mode == "nollm" else {"decomposer": Decomposer(model, tok, max_new_tokens=12),
                                                "reader": Reader(model, tok, max_new_tokens=8)}
-            engine = Engine(index, encoder, retriever=method, **llm)
+            config = LearnedConfig(ranker=args.ranker) if method == "learned" else None
+            engine = Engine(index, encoder, config=config, retriever=None if config else method, **llm)
             batch = texts if mode == "nollm" else texts[: args.llm_max]
             preds = [p for i in range(0, len(batch), 64) for p in engine.answer(batch[i:i + 64])]
             out[f"{method}/{mode}"] = [dataclasses.asdict(p) for p in preds]
@@ -120,6 +121,8 @@ def main() -> int:
     ap.add_argument("--llm-max", type=int, default=16, help="questions for the tiny-LLM runs")
     ap.add_argument("--methods", nargs="+", default=["dense", "hyperprove", "ppr", "grag"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ranker", default="", help="the learned method's ranker file (default: the one shipped for "
+                                                 "the index's encoder)")
     ap.add_argument("--encoder-dtype", default="float32",
                     help="the query encoder's dtype, named (the default 'auto' of newer checkouts resolves by CPU)")
     ap.add_argument("--device", default="cpu", help="where the index, the query encoder, the tiny LLM and retrieval run")

@@ -3,7 +3,8 @@
 #   1. every test parametrised over devices (CUDA equals CPU) in the op, module and synonym tests;
 #   2. every method end to end on CUDA against the same run on CPU: the built-in corpus indexed
 #      with a random 2-layer BERT (benchmarks/e2e/gpu_fixture.py, prepared on a CPU machine with
-#      the full install), no LLM and a tiny random LLM, records compared with a float tolerance;
+#      the full install; the learned method with the fixture's ranker), no LLM and a tiny random
+#      LLM, records compared with a float tolerance;
 #   3. the PPR and hop benchmarks on cuda, beside our op on the same machine's CPU (ratios);
 #   4. the Triton kernels (opt-in with HPENGINE_KERNELS=on): the CSR x dense product
 #      (kernels/k_csr_addmm_triton.py) and the hop's local blocks and BFS rounds
@@ -73,10 +74,12 @@ echo "tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
 # 2. every method end to end, CPU then CUDA, on the prepared index
 if [ -d "$fixture/index" ]; then
   for dev in cpu cuda; do
+    learned=""  # the learned method, where the fixture has its ranker (gpu_fixture.py trains one)
+    [ -f "$fixture/ranker.safetensors" ] && learned="learned"
     timeout 60 $py benchmarks/analysis/dump_records.py --index "$fixture/index" \
-      --questions hpengine/data/builtin_questions.json --methods dense hyperprove ppr grag fusion \
-      --device "$dev" --threads 8 --mentions "$fixture/mentions.json" --out "$out/records_$dev.json" 2>&1 | grep -v "Loading weights" \
-      | tee "$out/records_$dev.log"
+      --questions hpengine/data/builtin_questions.json --methods dense hyperprove ppr grag fusion $learned \
+      --ranker "$fixture/ranker.safetensors" --device "$dev" --threads 8 --mentions "$fixture/mentions.json" \
+      --out "$out/records_$dev.json" 2>&1 | tee "$out/records_$dev.log"
   done
   $py benchmarks/analysis/dump_records.py --compare "$out/records_cpu.json" "$out/records_cuda.json" \
     --atol 1e-4 2>&1 | tee "$out/records_compare.txt"

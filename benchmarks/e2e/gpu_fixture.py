@@ -1,10 +1,11 @@
 """Prepare, on a CPU machine with the full install, what ``gpu_checks.sh`` needs to run every method
 end to end on a GPU machine that has neither spaCy nor the packaged models: a random 2-layer BERT
 encoder on the MiniLM vocabulary, and the built-in corpus indexed with it (fast extractor, GRAG
-parts included), and the spaCy mentions of its questions (the GPU machine serves them in place of
-spaCy to the methods that link question mentions).
+parts included), the spaCy mentions of its questions (the GPU machine serves them in place of
+spaCy to the methods that link question mentions), and a ranker for the learned method trained on
+that index (no ranker ships for the random encoder).
 
-    python -m benchmarks e2e gpu_fixture DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json
+    python -m benchmarks e2e gpu_fixture DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json, DIR/ranker.safetensors
 
 Give DIR as a path relative to the repository root: the index records its encoder by that path,
 so a copy of the repository that holds DIR finds it there too.
@@ -50,6 +51,8 @@ def main() -> int:
                     "--questions", str(builtin_questions_path()), "--methods", "dense",
                     "--save-mentions", str(out / "mentions.json"), "--out", str(out / "records_cpu.json")],
                    check=True)
+    subprocess.run(cli + ["train", str(index), f"questions={builtin_questions_path()}",
+                          f"out={out / 'ranker.safetensors'}", "epochs=50", "hidden=4"], check=True)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""Word evidence (hpengine.graph.build_passage_words, hpengine.retrieval.pair_coverage and
-title_shares) against a per-candidate reference on sets of words, batched equal one question at a
-time (bit for bit), and the learned method's word features on the built-in corpus."""
+"""Word evidence (hpengine.graph.build_passage_words, hpengine.retrieval.pair_coverage,
+title_shares and mentioned_passages) against a per-candidate reference on sets of words, batched
+equal one question at a time and on every device equal the CPU (bit for bit), and the learned
+method's word features on the built-in corpus."""
 import math
 import random
 
@@ -9,6 +10,7 @@ import torch
 
 from hpengine.graph import build_passage_words, words_of
 from hpengine.retrieval import mentioned_passages, pair_coverage, title_shares
+from hpengine.testing import with_devices
 
 WORDS = ["oslo", "bergen", "city", "river", "film", "director", "born", "year", "king", "sea", "the", "of"]
 
@@ -234,3 +236,24 @@ def test_the_learned_methods_candidates_hold_what_the_fused_top_five_name(builti
             if int(cand[i, j]) in extra:  # in no list: no rank signal
                 assert not bool(feats[i, j, rank_features].any())
         assert len(mine) == int(valid[i].sum())  # once each
+
+
+@with_devices
+@pytest.mark.parametrize("seed", range(3))
+def test_the_word_functions_on_a_device_equal_the_cpus_bit_for_bit(device, seed):
+    """Integer idf sums: the same bits wherever they run (docs/methods/learned.md)."""
+    rng = random.Random(20 + seed)
+    titles, texts = _corpus(rng, 40)
+    words = build_passage_words(titles, texts)
+    there = words.to(device)
+    gen = torch.Generator().manual_seed(seed)
+    questions = _questions(rng, 7)
+    cand, first = torch.randint(-1, 40, (7, 9), generator=gen), torch.randint(-1, 40, (7, 1), generator=gen)
+    top = torch.randint(-1, 40, (7, 3), generator=gen)
+    here_pairs = pair_coverage(words, *words.question_words(questions), cand, first)
+    there_pairs = pair_coverage(there, *there.question_words(questions), cand.to(device), first.to(device))
+    assert there_pairs.device.type == torch.device(device).type and torch.equal(there_pairs.cpu(), here_pairs)
+    assert torch.equal(title_shares(there, cand.to(device), top.to(device)).cpu(), title_shares(words, cand, top))
+    named = mentioned_passages(words, top, 6)
+    assert bool((named >= 0).any())
+    assert torch.equal(mentioned_passages(there, top.to(device), 6).cpu(), named)
