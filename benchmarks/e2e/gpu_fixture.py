@@ -5,7 +5,8 @@ parts included), the spaCy mentions of its questions (the GPU machine serves the
 spaCy to the methods that link question mentions), and a ranker for the learned method trained on
 that index (no ranker ships for the random encoder).
 
-    python -m benchmarks e2e gpu_fixture DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json, DIR/ranker.safetensors
+    python -m benchmarks e2e gpu_fixture DIR      # writes DIR/encoder, DIR/index, DIR/mentions.json and
+                                                  # DIR/ranker.safetensors
 
 Give DIR as a path relative to the repository root: the index records its encoder by that path,
 so a copy of the repository that holds DIR finds it there too.

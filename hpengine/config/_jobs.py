@@ -167,6 +167,9 @@ class TrainJobConfig:
     #: Full-batch steps of a query adapter the ranker carries (docs/methods/learned.md; 0: none; 150
     #: where it pays).
     adapter_steps: int = 0
+    #: Cross-validate over this many folds of every question file, then train on every question
+    #: (0: validate on the holdout share instead; at least 2 otherwise).
+    folds: int = 0
 
     def __post_init__(self):
         _check_finite(self, "")
@@ -182,3 +185,9 @@ class TrainJobConfig:
         _check_range("batch_size", self.batch_size, 1, 100_000)
         _check_range("max_questions", self.max_questions, 0, 10_000_000)
         _check_range("adapter_steps", self.adapter_steps, 0, 1_000_000)
+        _check_range("folds", self.folds, 0, 100)
+        if self.folds == 1:
+            raise ValueError("folds must be 0 (validate on the holdout share) or at least 2 (got 1)")
+        if self.folds and self.adapter_steps:
+            raise ValueError("folds= with adapter_steps= is not supported: each fold's adapter would need the "
+                             "candidates computed again; cross-validate the ranker alone, or use holdout=")

@@ -267,3 +267,62 @@ def test_eval_records_the_ranker_that_ranked(saved, tmp_path, monkeypatch):
     assert shipped["ranker"] == str(out) and shipped["config"]["engine"]["ranker"] == ""  # the one shipped
     plain = run_eval(EvalJobConfig(index=saved[0], questions=q, eval=EvalConfig(max_questions=2)), progress=False)
     assert "ranker" not in plain  # only the learned method reads one
+
+
+def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path, monkeypatch):
+    import torch
+
+    import hpengine.pipeline
+    from hpengine.pipeline import RankerExamples
+
+    fits, real = [], hpengine.pipeline.train_ranker
+
+    def recording(examples: RankerExamples, **kwargs):
+        fits.append({tuple(row) for row in examples.candidates.tolist()})  # the questions it trains on
+        return real(examples, **kwargs)
+
+    ranked, real_rank = [], hpengine.pipeline.rank_candidates
+
+    def rank_recording(model, examples):
+        ranked.append((len(fits) - 1, {tuple(row) for row in examples.candidates.tolist()}))
+        return real_rank(model, examples)
+
+    monkeypatch.setattr("hpengine.pipeline.train_ranker", recording)
+    monkeypatch.setattr("hpengine.pipeline.rank_candidates", rank_recording)
+    q = str(builtin_questions_path())
+    out = tmp_path / "cv.safetensors"
+    report = run_train(TrainJobConfig(index=saved, questions=[q, q], out=str(out), folds=3, epochs=10, hidden=0),
+                       progress=False)
+    assert report["folds"] == 3 and report["cv_questions"] == 24 and report["train_questions"] == 24
+    assert "held_questions" not in report  # the folds replace the held share; the final ranker sees every question
+    assert len(fits) == 4 and len(ranked) == 3  # three folds, then the final ranker
+    for fit, rows in ranked:
+        assert not rows & fits[fit]  # no question is ranked by a ranker trained on it
+    mean, low, high = report["cv_gain@5"]
+    assert abs(mean - (report["cv_recall@5"] - report["cv_fusion_recall@5"])) < 1e-3 and low <= mean <= high
+    text = format_train_report(report, str(out))
+    assert "3-fold cross-validated over 24 questions" in text and "95% interval" in text
+    assert load_ranker(out)[1]["folds"] == 3 and torch.isfinite(torch.tensor(report["loss"]))
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dict(folds=1), "folds must be 0 .* or at least 2"),
+    (dict(folds=2, adapter_steps=5), "folds= with adapter_steps= is not supported"),
+])
+def test_bad_folds_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        TrainJobConfig(index=["a"], questions=["q"], out="r.safetensors", **settings)
+
+
+def test_more_folds_than_questions_are_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
+    import json
+
+    def no_model(*args):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    three = tmp_path / "three.json"
+    three.write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:3]))
+    with pytest.raises(UserError, match="folds=5 needs at least 5 questions in every file \\(the fewest: 3\\)"):
+        run_train(TrainJobConfig(index=saved[:1], questions=[str(three)], out=str(tmp_path / "r.safetensors"),
+                                 folds=5), progress=False)
