@@ -384,8 +384,9 @@ def train(indexes, questions, out, *, progress: bool = False, **settings) -> dic
         (3, 1, True)
     """
     from hpengine.config import TrainJobConfig
-    from hpengine.jobs import run_train
+    from hpengine.jobs import check_one_validation, run_train
 
+    check_one_validation(settings)
     given = list(indexes) if isinstance(indexes, (list, tuple)) else [indexes]
     for item in given:
         if not isinstance(item, (str, os.PathLike)):

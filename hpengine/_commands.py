@@ -99,8 +99,9 @@ COMMANDS = {
         "a learned ranker",
         "hpengine train IDX questions=FILE [IDX2 questions=FILE2 ...] out=ranker.safetensors [key=value ...]",
         "Trains the ranker of retriever=learned on the candidates of each index's questions (their gold passages), "
-        "validates it on a held-out share of each file, and writes it with its feature schema and encoder; each "
-        "questions= pairs with the index before it. Use it with retriever=learned engine.ranker=FILE.",
+        "validates it on a held-out share of the questions (or cross-validates it over folds=K, then trains on "
+        "every question), and writes it with its feature schema and encoder; each questions= pairs with the index "
+        "before it. Use it with retriever=learned engine.ranker=FILE.",
         TrainJobConfig, None, "index"),
     "grag-build": Command(
         "GRAG-MH parts", "hpengine grag-build IDX [key=value ...]",

@@ -73,9 +73,13 @@ echo "tests rc=${PIPESTATUS[0]}" | tee -a "$out/env.txt"
 
 # 2. every method end to end, CPU then CUDA, on the prepared index
 if [ -d "$fixture/index" ]; then
+  learned=""  # the learned method, where the fixture has its ranker (gpu_fixture.py trains one)
+  if [ -f "$fixture/ranker.safetensors" ]; then
+    learned="learned"
+  else
+    echo "no $fixture/ranker.safetensors: the learned method is skipped (rerun gpu_fixture)" | tee -a "$out/env.txt"
+  fi
   for dev in cpu cuda; do
-    learned=""  # the learned method, where the fixture has its ranker (gpu_fixture.py trains one)
-    [ -f "$fixture/ranker.safetensors" ] && learned="learned"
     timeout 60 $py benchmarks/analysis/dump_records.py --index "$fixture/index" \
       --questions hpengine/data/builtin_questions.json --methods dense hyperprove ppr grag fusion $learned \
       --ranker "$fixture/ranker.safetensors" --device "$dev" --threads 8 --mentions "$fixture/mentions.json" \

@@ -152,7 +152,7 @@ class TrainJobConfig:
     lr: float = 0.01
     #: Adam weight decay.
     weight_decay: float = 1e-4
-    #: Share of each question file held out for validation (0: train on all).
+    #: Share of the questions held out for validation (0: train on all).
     holdout: float = 0.2
     #: Seed of the held-out split and of the initial weights.
     seed: int = 0

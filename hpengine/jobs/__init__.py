@@ -45,10 +45,11 @@ from hpengine.jobs._paths import (
     peek_index_meta,
 )
 from hpengine.jobs._report import REPORT_USAGE, parse_report_args, report_main, run_report
-from hpengine.jobs._train import format_train_report, parse_train_args, run_train
+from hpengine.jobs._train import check_one_validation, format_train_report, parse_train_args, run_train
 
 __all__ = [
     "format_add_report",
+    "check_one_validation",
     "format_train_report",
     "parse_train_args",
     "run_train",

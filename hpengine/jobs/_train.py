@@ -1,6 +1,7 @@
 """The ``train`` job: the learned method's ranker trained on the candidates of one or several
-indexes and their question files (docs/methods/learned.md), validated on a held-out share of each
-file, written as one safetensors file."""
+indexes and their question files (docs/methods/learned.md), validated on a held-out share of the
+questions or cross-validated over ``folds`` (a question asked twice, in one file or two, is always
+on one side), written as one safetensors file."""
 from __future__ import annotations
 
 import dataclasses
@@ -77,11 +78,22 @@ def _gold_in_index(indexes: list, question_sets: list, names: list, paths: list)
     return warnings
 
 
-def _split(n: int, share: float, seed: int) -> tuple[list, list]:
-    rows = list(range(n))
-    random.Random(seed).shuffle(rows)
-    held = sorted(rows[: round(n * share)])
-    return sorted(rows[round(n * share):]), held
+def _question_ranks(question_sets: list, seed: int) -> tuple[list, int]:
+    """Per file, each question's place in a seeded shuffle of the distinct question texts (case and
+    outer spaces ignored), and how many there are: a question asked twice gets one place, so a
+    split by place never trains on a copy of a question it scores."""
+    key = [[q.question.strip().lower() for q in qs] for qs in question_sets]
+    distinct = sorted({k for ks in key for k in ks})
+    random.Random(seed).shuffle(distinct)
+    place = {k: i for i, k in enumerate(distinct)}
+    return [[place[k] for k in ks] for ks in key], len(distinct)
+
+
+def _split(places: list, distinct: int, share: float) -> tuple[list, list]:
+    """``(train rows, held rows)`` of one file: the questions whose place is among the first
+    ``share`` of the ``distinct`` ones are held."""
+    cut = round(distinct * share)
+    return [r for r, p in enumerate(places) if p >= cut], [r for r, p in enumerate(places) if p < cut]
 
 
 def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | None = None) -> dict:
@@ -91,8 +103,9 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
 
     Raises:
         UserError: no index, unpaired question files, indexes of different encoders, a question file
-            without gold passages (or none in its index), a split that leaves nothing to train on, an
-            unwritable ``out``; all before any model loads.
+            without gold passages (or none in its index), a split that leaves nothing to train on,
+            fewer distinct questions than ``folds``, an unwritable ``out``; all before any model
+            loads.
     """
     from hpengine.graph import Index
     from hpengine.pipeline import RankerExamples, ranker_examples, ranker_meta, train_adapter, train_ranker
@@ -100,10 +113,10 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     encoder = _check(cfg, None if questions is None else len(questions))
     question_sets = _questions(cfg, questions)
     names = cfg.questions if questions is None else [f"questions[{i}]" for i in range(len(questions))]
-    splits = [_split(len(qs), 0.0 if cfg.folds else cfg.holdout, cfg.seed) for qs in question_sets]
-    if cfg.folds and min(map(len, question_sets)) < cfg.folds:
-        raise UserError(f"folds={cfg.folds} needs at least {cfg.folds} questions in every file (the fewest: "
-                        f"{min(map(len, question_sets))})")
+    places, distinct = _question_ranks(question_sets, cfg.seed)
+    splits = [_split(p, distinct, 0.0 if cfg.folds else cfg.holdout) for p in places]
+    if cfg.folds and distinct < cfg.folds:
+        raise UserError(f"folds={cfg.folds} needs at least {cfg.folds} distinct questions (got {distinct})")
     if not sum(len(rows) for rows, _ in splits):
         raise UserError(f"holdout={cfg.holdout} holds out every question ({sum(map(len, question_sets))} in all); "
                         f"nothing is left to train on (lower holdout=, or give more questions)")
@@ -129,7 +142,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
             held_parts.append(examples.subset(held_rows))
     train = RankerExamples.concat(train_parts)
     fit = dict(hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
-    folded = _cross_validated(train_parts, cfg.folds, fit) if cfg.folds else {}
+    folded = _cross_validated(train_parts, [p % cfg.folds for ps in places for p in ps], cfg.folds, fit) \
+        if cfg.folds else {}
     losses = []
     say_epoch = _say("epoch") if progress else (lambda epoch, loss: None)
     model = train_ranker(train, **fit, log=lambda epoch, loss: (losses.append(loss), say_epoch(epoch, loss)),
@@ -140,6 +154,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         report.update(_held_report(model, RankerExamples.concat(held_parts)))
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
                                                                          "holdout", "seed", "adapter_steps", "folds")}
+    settings["holdout"] = 0.0 if cfg.folds else cfg.holdout  # the folds validate; nothing was held from the ranker
     _write(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
     return report
 
@@ -157,24 +172,18 @@ def _adapter_parts(engines: list, question_sets: list, splits: list, cfg: TrainJ
             for e, qs, (rows, _) in zip(engines, question_sets, splits)]
 
 
-def _cross_validated(parts: list, folds: int, fit: dict) -> dict:
-    """Each question ranked by a ranker trained on the other folds (every file split into ``folds``
-    parts, fold ``f`` of every file held together), then the R@2 / R@5 of those orders beside the
-    fusion's and the R@5 difference with its 95% interval over every question: what a ranker
-    trained on these questions does on questions it has not seen, with every question used."""
+def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict) -> dict:
+    """Each question (the rows of ``parts``, in order) ranked by a ranker trained on the folds
+    other than its ``fold_of``, then the R@2 / R@5 of those orders beside the fusion's and the R@5
+    difference with its 95% interval over the questions with a gold passage in their index: what a
+    ranker trained on these questions does on questions it has not seen, with every question used."""
     import torch
 
     from hpengine.pipeline import (RankerExamples, fusion_order, paired_difference, rank_candidates, recall_at,
                                    recall_per_question, train_ranker)
 
     every = RankerExamples.concat(parts)
-    starts = [sum(len(p) for p in parts[:i]) for i in range(len(parts))]
-    fold_of = torch.empty(len(every), dtype=torch.int64)
-    for start, part in zip(starts, parts):  # each file split on its own, so every fold holds some of each
-        rows = list(range(len(part)))
-        random.Random(fit["seed"]).shuffle(rows)
-        for i, row in enumerate(rows):
-            fold_of[start + row] = i % folds
+    fold_of = torch.tensor(fold_of, dtype=torch.int64)
     order = torch.zeros_like(every.candidates)
     for f in range(folds):
         held, rest = (fold_of == f).nonzero()[:, 0], (fold_of != f).nonzero()[:, 0]
@@ -182,7 +191,7 @@ def _cross_validated(parts: list, folds: int, fit: dict) -> dict:
         order[held] = rank_candidates(model, every.subset(held))
     base = fusion_order(every)
     gain = paired_difference(recall_per_question(order, every, 5), recall_per_question(base, every, 5))
-    return {"folds": folds, "cv_questions": len(every),
+    return {"folds": folds, "cv_questions": len(every), "cv_scored": int((every.num_gold > 0).sum()),
             **{f"cv_recall@{k}": round(recall_at(order, every, k), 4) for k in (2, 5)},
             **{f"cv_fusion_recall@{k}": round(recall_at(base, every, k), 4) for k in (2, 5)},
             "cv_gain@5": [round(v, 4) for v in gain]}
@@ -195,7 +204,8 @@ def _held_report(model, held) -> dict:
 
     mine, base = rank_candidates(model, held), fusion_order(held)
     gain = paired_difference(recall_per_question(mine, held, 5), recall_per_question(base, held, 5))
-    return {"held_questions": len(held), **{f"held_recall@{k}": round(recall_at(mine, held, k), 4) for k in (2, 5)},
+    return {"held_questions": len(held), "held_scored": int((held.num_gold > 0).sum()),
+            **{f"held_recall@{k}": round(recall_at(mine, held, k), 4) for k in (2, 5)},
             **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)},
             "held_gain@5": [round(v, 4) for v in gain]}
 
@@ -222,7 +232,7 @@ def format_train_report(report: dict, out: str) -> str:
         lines.append(f"  {report['folds']}-fold cross-validated over {report['cv_questions']} questions: R@2 "
                      f"{report['cv_recall@2']:.3f} / R@5 {report['cv_recall@5']:.3f} (the fusion on the same "
                      f"candidates: {report['cv_fusion_recall@2']:.3f} / {report['cv_fusion_recall@5']:.3f})")
-        lines.append(_gain_line(report["cv_questions"], report["cv_gain@5"], "questions"))
+        lines.append(_gain_line(report["cv_scored"], report["cv_gain@5"], "questions"))
         return "\n".join(lines)
     held = report.get("held_questions", 0)
     if not held:
@@ -231,13 +241,14 @@ def format_train_report(report: dict, out: str) -> str:
     lines.append(f"  held out {held} question{'s' if held != 1 else ''}: R@2 {report['held_recall@2']:.3f} / R@5 "
                  f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
                  f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
-    lines.append(_gain_line(held, report.get("held_gain@5", [float("nan")] * 3), "held questions"))
+    lines.append(_gain_line(report.get("held_scored", held), report.get("held_gain@5", [float("nan")] * 3),
+                            "held questions"))
     return "\n".join(lines)
 
 
 def _gain_line(n: int, gain: list, what: str) -> str:
-    """The R@5 difference to the fusion over ``n`` questions, with its 95% interval where they
-    are enough to give one (docs/methods/learned.md)."""
+    """The R@5 difference to the fusion over the ``n`` questions with a gold passage in their
+    index, with its 95% interval where they are enough to give one (docs/methods/learned.md)."""
     if not math.isfinite(gain[0]):
         return f"  R@5 less the fusion's: none of the {what} has a gold passage in its index to compare on"
     if n < MIN_HELD_FOR_INTERVAL:  # a bootstrap over a handful of questions looks surer than it is
@@ -245,6 +256,14 @@ def _gain_line(n: int, gain: list, what: str) -> str:
                 f"(it needs {MIN_HELD_FOR_INTERVAL})")
     return "  R@5 less the fusion's: {:+.1f} points, 95% interval {:+.1f} to {:+.1f} over the {}".format(
         *(100 * v for v in gain), what)
+
+
+def check_one_validation(given: dict) -> None:
+    """``holdout`` and ``folds`` both given (the keys a user set, not the defaults) are refused:
+    they are two ways to validate, and ``folds`` trains on every question."""
+    if given.get("folds") and "holdout" in given:
+        raise UserError(f"holdout={given['holdout']} and folds={given['folds']} are two ways to validate; give one "
+                        f"(folds= cross-validates, then trains on every question)")
 
 
 def parse_train_args(argv: list) -> TrainJobConfig:
@@ -278,6 +297,7 @@ def parse_train_args(argv: list) -> TrainJobConfig:
             near = difflib.get_close_matches(key, [*fields, "debug"], n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
             raise UserError(f"unknown key {key!r} for hpengine train{hint} (hpengine train --help lists the keys)")
+    check_one_validation(values)
     try:
         return TrainJobConfig(index=indexes, questions=questions, **values)
     except (TypeError, ValueError) as exc:

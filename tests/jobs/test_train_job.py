@@ -42,7 +42,7 @@ def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     # six held questions: the difference, and no interval that would look surer than they allow
     assert f"R@5 less the fusion's: {100 * mean:+.1f} points; 6 held questions are too few for an interval" in text
     assert "95% interval" not in text
-    many = {**report, "held_questions": MIN_HELD_FOR_INTERVAL}
+    many = {**report, "held_questions": MIN_HELD_FOR_INTERVAL, "held_scored": MIN_HELD_FOR_INTERVAL}
     line = f"R@5 less the fusion's: {100 * mean:+.1f} points, 95% interval {100 * low:+.1f} to {100 * high:+.1f}"
     assert line in format_train_report(many, str(out))
 
@@ -269,7 +269,8 @@ def test_eval_records_the_ranker_that_ranked(saved, tmp_path, monkeypatch):
     assert "ranker" not in plain  # only the learned method reads one
 
 
-def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path, monkeypatch):
+@pytest.mark.parametrize("second", ["the same file", "its first ten questions"])
+def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path, monkeypatch, second):
     import torch
 
     import hpengine.pipeline
@@ -289,20 +290,40 @@ def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path
 
     monkeypatch.setattr("hpengine.pipeline.train_ranker", recording)
     monkeypatch.setattr("hpengine.pipeline.rank_candidates", rank_recording)
+    import json
+
     q = str(builtin_questions_path())
+    q2 = q
+    if second == "its first ten questions":  # the same questions again, in a file of another length
+        q2 = str(tmp_path / "ten.json")
+        (tmp_path / "ten.json").write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:10]))
     out = tmp_path / "cv.safetensors"
-    report = run_train(TrainJobConfig(index=saved, questions=[q, q], out=str(out), folds=3, epochs=10, hidden=0),
+    report = run_train(TrainJobConfig(index=saved, questions=[q, q2], out=str(out), folds=3, epochs=10, hidden=0),
                        progress=False)
-    assert report["folds"] == 3 and report["cv_questions"] == 24 and report["train_questions"] == 24
+    n = 24 if second == "the same file" else 22
+    assert report["folds"] == 3 and report["cv_questions"] == n and report["train_questions"] == n
     assert "held_questions" not in report  # the folds replace the held share; the final ranker sees every question
     assert len(fits) == 4 and len(ranked) == 3  # three folds, then the final ranker
     for fit, rows in ranked:
-        assert not rows & fits[fit]  # no question is ranked by a ranker trained on it
+        assert not rows & fits[fit]  # no question (nor its copy in the other file) ranked by a ranker trained on it
+    assert set().union(*(rows for _, rows in ranked)) == fits[-1]  # and every question is ranked
     mean, low, high = report["cv_gain@5"]
     assert abs(mean - (report["cv_recall@5"] - report["cv_fusion_recall@5"])) < 1e-3 and low <= mean <= high
     text = format_train_report(report, str(out))
-    assert "3-fold cross-validated over 24 questions" in text and "95% interval" in text
-    assert load_ranker(out)[1]["folds"] == 3 and torch.isfinite(torch.tensor(report["loss"]))
+    assert f"3-fold cross-validated over {n} questions" in text and "95% interval" in text
+    meta = load_ranker(out)[1]
+    assert meta["folds"] == 3 and meta["holdout"] == 0.0 and torch.isfinite(torch.tensor(report["loss"]))
+
+
+def test_holdout_and_folds_together_are_refused(saved, tmp_path):
+    import hpengine
+    from hpengine.jobs import parse_train_args
+
+    with pytest.raises(UserError, match="holdout=0.3 and folds=5 are two ways to validate"):
+        parse_train_args(["A", "questions=q", "holdout=0.3", "folds=5"])
+    with pytest.raises(UserError, match="two ways to validate"):
+        hpengine.train(saved[0], str(builtin_questions_path()), tmp_path / "r.safetensors", holdout=0.3, folds=5)
+    assert parse_train_args(["A", "questions=q", "folds=5"]).folds == 5  # either alone is fine
 
 
 @pytest.mark.parametrize("settings,message", [
@@ -323,6 +344,6 @@ def test_more_folds_than_questions_are_refused_before_any_model_loads(saved, tmp
     monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
     three = tmp_path / "three.json"
     three.write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:3]))
-    with pytest.raises(UserError, match="folds=5 needs at least 5 questions in every file \\(the fewest: 3\\)"):
+    with pytest.raises(UserError, match="folds=5 needs at least 5 distinct questions \\(got 3\\)"):
         run_train(TrainJobConfig(index=saved[:1], questions=[str(three)], out=str(tmp_path / "r.safetensors"),
                                  folds=5), progress=False)
