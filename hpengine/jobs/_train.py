@@ -142,7 +142,9 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
             held_parts.append(examples.subset(held_rows))
     train = RankerExamples.concat(train_parts)
     fit = dict(hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
-    folded = _cross_validated(train_parts, [p % cfg.folds for ps in places for p in ps], cfg.folds, fit) \
+    say_fold = (lambda f, n: print(f"fold {f + 1}/{cfg.folds}: trained on {n} questions", file=sys.stderr)) \
+        if progress else None
+    folded = _cross_validated(train_parts, [p % cfg.folds for ps in places for p in ps], cfg.folds, fit, say_fold) \
         if cfg.folds else {}
     losses = []
     say_epoch = _say("epoch") if progress else (lambda epoch, loss: None)
@@ -172,11 +174,12 @@ def _adapter_parts(engines: list, question_sets: list, splits: list, cfg: TrainJ
             for e, qs, (rows, _) in zip(engines, question_sets, splits)]
 
 
-def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict) -> dict:
+def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress=None) -> dict:
     """Each question (the rows of ``parts``, in order) ranked by a ranker trained on the folds
     other than its ``fold_of``, then the R@2 / R@5 of those orders beside the fusion's and the R@5
     difference with its 95% interval over the questions with a gold passage in their index: what a
-    ranker trained on these questions does on questions it has not seen, with every question used."""
+    ranker trained on these questions does on questions it has not seen, with every question used.
+    ``progress``: ``(fold, questions trained on) -> None`` after each fold."""
     import torch
 
     from hpengine.pipeline import (RankerExamples, fusion_order, paired_difference, rank_candidates, recall_at,
@@ -189,6 +192,8 @@ def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict) -> dict:
         held, rest = (fold_of == f).nonzero()[:, 0], (fold_of != f).nonzero()[:, 0]
         model = train_ranker(every.subset(rest), **fit)
         order[held] = rank_candidates(model, every.subset(held))
+        if progress is not None:
+            progress(f, len(rest))
     base = fusion_order(every)
     gain = paired_difference(recall_per_question(order, every, 5), recall_per_question(base, every, 5))
     return {"folds": folds, "cv_questions": len(every), "cv_scored": int((every.num_gold > 0).sum()),

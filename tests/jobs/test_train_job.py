@@ -347,3 +347,14 @@ def test_more_folds_than_questions_are_refused_before_any_model_loads(saved, tmp
     with pytest.raises(UserError, match="folds=5 needs at least 5 distinct questions \\(got 3\\)"):
         run_train(TrainJobConfig(index=saved[:1], questions=[str(three)], out=str(tmp_path / "r.safetensors"),
                                  folds=5), progress=False)
+
+
+def test_hpengine_train_with_folds_says_each_fold(saved, tmp_path, capsys):
+    from hpengine.cli import main
+
+    q = str(builtin_questions_path())
+    main(["train", saved[0], f"questions={q}", f"out={tmp_path / 'r.safetensors'}", "epochs=5", "hidden=0", "folds=3"])
+    captured = capsys.readouterr()
+    for f in (1, 2, 3):
+        assert f"fold {f}/3: trained on 8 questions" in captured.err  # 12 questions, a third held each time
+    assert "3-fold cross-validated over 12 questions" in captured.out
