@@ -24,6 +24,23 @@ def saved(builtin_index, tmp_path, monkeypatch):
     return paths
 
 
+def _refuse_models(monkeypatch) -> None:
+    """Any model load fails the test: what is checked here must be refused before one."""
+    def no_model(*args):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+
+
+def _first_questions(folder, n: int) -> str:
+    """A question file of the built-in questions' first ``n``, in ``folder``."""
+    import json
+
+    path = folder / f"first{n}.json"
+    path.write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:n]))
+    return str(path)
+
+
 def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     out = tmp_path / "ranker.safetensors"
     q = str(builtin_questions_path())
@@ -98,10 +115,7 @@ OUT_CASES = {  # where out= points: the message that refuses it
 def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
     import shutil
 
-    def no_model(*args):
-        raise AssertionError("a model loaded")
-
-    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    _refuse_models(monkeypatch)
     q1, q2 = tmp_path / "q1.json", tmp_path / "q2.json"
     for q in (q1, q2):
         shutil.copy(builtin_questions_path(), q)
@@ -119,16 +133,10 @@ def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
 
 
 def test_a_split_that_holds_out_every_question_is_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
-    import json
-
-    def no_model(*args):
-        raise AssertionError("a model loaded")
-
-    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
-    two = tmp_path / "two.json"
-    two.write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:2]))
+    _refuse_models(monkeypatch)
+    two = _first_questions(tmp_path, 2)
     with pytest.raises(UserError, match="holdout=0.9 holds out every question \\(2 in all\\)"):
-        run_train(TrainJobConfig(index=saved[:1], questions=[str(two)], out=str(tmp_path / "r.safetensors"),
+        run_train(TrainJobConfig(index=saved[:1], questions=[two], out=str(tmp_path / "r.safetensors"),
                                  holdout=0.9), progress=False)
     assert not (tmp_path / "r.safetensors").exists()
 
@@ -160,10 +168,7 @@ def test_by_default_the_ranker_trains_alone(saved, tmp_path):
     (dict(questions=["missing.json", "missing.json"]), "missing.json"),
 ])
 def test_bad_input_is_one_line_before_any_model_loads(saved, tmp_path, monkeypatch, change, message):
-    def no_model(*args):
-        raise AssertionError("a model loaded")
-
-    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    _refuse_models(monkeypatch)
     q = str(builtin_questions_path())
     cfg = dataclasses.replace(TrainJobConfig(index=saved, questions=[q, q], out=str(tmp_path / "r.safetensors")),
                               **change)
@@ -230,10 +235,7 @@ def test_hpengine_train_refuses_a_device_this_machine_lacks(saved, tmp_path, cap
 def test_eval_refuses_a_missing_ranker_before_any_model_loads(saved, tmp_path, capsys, monkeypatch):
     from hpengine.cli import main
 
-    def no_model(*args):
-        raise AssertionError("a model loaded")
-
-    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
+    _refuse_models(monkeypatch)
     q = str(builtin_questions_path())
     for ranker, message in ((tmp_path / "nope.safetensors", "no such file"), (tmp_path, "is a folder")):
         with pytest.raises(SystemExit) as exc:
@@ -290,13 +292,10 @@ def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path
 
     monkeypatch.setattr("hpengine.pipeline.train_ranker", recording)
     monkeypatch.setattr("hpengine.pipeline.rank_candidates", rank_recording)
-    import json
-
     q = str(builtin_questions_path())
     q2 = q
     if second == "its first ten questions":  # the same questions again, in a file of another length
-        q2 = str(tmp_path / "ten.json")
-        (tmp_path / "ten.json").write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:10]))
+        q2 = _first_questions(tmp_path, 10)
     out = tmp_path / "cv.safetensors"
     report = run_train(TrainJobConfig(index=saved, questions=[q, q2], out=str(out), folds=3, epochs=10, hidden=0),
                        progress=False)
@@ -336,16 +335,10 @@ def test_bad_folds_are_refused(settings, message):
 
 
 def test_more_folds_than_questions_are_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
-    import json
-
-    def no_model(*args):
-        raise AssertionError("a model loaded")
-
-    monkeypatch.setattr("hpengine.models.encoder_for_index", no_model)
-    three = tmp_path / "three.json"
-    three.write_text(json.dumps(json.loads(builtin_questions_path().read_text())[:3]))
+    _refuse_models(monkeypatch)
+    three = _first_questions(tmp_path, 3)
     with pytest.raises(UserError, match="folds=5 needs at least 5 distinct questions \\(got 3\\)"):
-        run_train(TrainJobConfig(index=saved[:1], questions=[str(three)], out=str(tmp_path / "r.safetensors"),
+        run_train(TrainJobConfig(index=saved[:1], questions=[three], out=str(tmp_path / "r.safetensors"),
                                  folds=5), progress=False)
 
 

@@ -51,6 +51,12 @@ def _title_reference(titles, texts, titled: int, holder: int) -> float:
     return sum(idf[w] for w in title & docs[holder]) / total if total else 0.0
 
 
+def _ids(rng: random.Random, rows: int, cols: int, n: int):
+    """int64 ``[rows, cols]`` random passage ids below ``n``, ``-1`` (padding) among them."""
+    return torch.tensor([[rng.randrange(-1, n) for _ in range(cols)] for _ in range(rows)],
+                        dtype=torch.int64).view(rows, cols)
+
+
 def _questions(rng: random.Random, n: int) -> list:
     return [" ".join(rng.choices(WORDS + ["unknown"], k=rng.randint(0, 6))) for _ in range(n)]
 
@@ -61,8 +67,7 @@ def test_pair_coverage_equals_the_sets_per_candidate(seed):
     titles, texts = _corpus(rng, rng.randint(3, 30))
     words = build_passage_words(titles, texts)
     questions = _questions(rng, 7)
-    cand = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(5)] for _ in questions])
-    first = torch.tensor([[rng.randrange(-1, len(titles))] for _ in questions])
+    cand, first = _ids(rng, len(questions), 5, len(titles)), _ids(rng, len(questions), 1, len(titles))
     got = pair_coverage(words, *words.question_words(questions), cand, first)
     for i, q in enumerate(questions):
         for j, p in enumerate(cand[i].tolist()):
@@ -124,8 +129,7 @@ def test_title_shares_equal_the_sets_per_pair(seed):
     titles, texts = _corpus(rng, rng.randint(3, 30))
     words = build_passage_words(titles, texts)
     q, c, k = rng.randint(1, 6), rng.randint(0, 7), rng.randint(1, 3)
-    titled = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(c)] for _ in range(q)]).view(q, c)
-    holders = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(k)] for _ in range(q)])
+    titled, holders = _ids(rng, q, c, len(titles)), _ids(rng, q, k, len(titles))
     got = title_shares(words, titled, holders)
     assert got.shape == (q, c, k) and got.dtype == torch.float32
     for i in range(q):
@@ -175,7 +179,7 @@ def test_mentioned_passages_equal_the_sets_per_question(seed):
     titles, texts = _corpus(rng, rng.randint(3, 30))
     words = build_passage_words(titles, texts)
     q, k, width = rng.randint(1, 6), rng.randint(1, 5), rng.randint(1, 8)
-    holders = torch.tensor([[rng.randrange(-1, len(titles)) for _ in range(k)] for _ in range(q)])
+    holders = _ids(rng, q, k, len(titles))
     got = mentioned_passages(words, holders, width)
     assert got.shape == (q, width) and got.dtype == torch.int64
     for i in range(q):
