@@ -11,8 +11,9 @@ __all__ += ["CorpusLoad", "Passage", "load_corpus", "load_records", "builtin_cor
 from hpengine.graph._texts import PassageColumn, TextColumn
 from hpengine.graph._mmap import map_safetensors, mapped_empty, page_out, read_safetensors, write_safetensors
 from hpengine.graph._shards import gather_rows
+from hpengine.graph._files import write_atomic
 
-__all__ += ["PassageColumn", "TextColumn", "gather_rows", "map_safetensors", "mapped_empty", "page_out",
+__all__ += ["PassageColumn", "TextColumn", "gather_rows", "write_atomic", "map_safetensors", "mapped_empty", "page_out",
             "read_safetensors", "write_safetensors"]
 
 from hpengine.graph._synonyms import expand_with_synonyms, symmetrize_pairs, synonym_pairs

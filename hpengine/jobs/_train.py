@@ -37,7 +37,6 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
     encoders = {}
     for path in cfg.index:
         check_index_dir(path, "index")
-        check_outputs_apart({"out": cfg.out}, {}, index_dir=path)
         encoders[path] = str((peek_index_meta(path) or {}).get("encoder", ""))
     (a, ea), *rest = encoders.items()
     for b, eb in rest:
@@ -108,7 +107,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
             loads.
     """
     from hpengine.graph import Index
-    from hpengine.pipeline import RankerExamples, ranker_examples, ranker_meta, train_adapter, train_ranker
+    from hpengine.pipeline import (RankerExamples, rank_candidates, ranker_examples, ranker_meta, train_adapter,
+                                   train_ranker)
 
     encoder = _check(cfg, None if questions is None else len(questions))
     question_sets = _questions(cfg, questions)
@@ -153,7 +153,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0],
               "adapter_steps": cfg.adapter_steps if adapter is not None else 0, "warnings": warnings, **folded}
     if held_parts:
-        report.update(_held_report(model, RankerExamples.concat(held_parts)))
+        held = RankerExamples.concat(held_parts)
+        report.update(_versus_fusion(rank_candidates(model, held), held, "held"))
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
                                                                          "holdout", "seed", "adapter_steps", "folds")}
     settings["holdout"] = 0.0 if cfg.folds else cfg.holdout  # the folds validate; nothing was held from the ranker
@@ -182,8 +183,7 @@ def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress
     ``progress``: ``(fold, questions trained on) -> None`` after each fold."""
     import torch
 
-    from hpengine.pipeline import (RankerExamples, fusion_order, paired_difference, rank_candidates, recall_at,
-                                   recall_per_question, train_ranker)
+    from hpengine.pipeline import RankerExamples, rank_candidates, train_ranker
 
     every = RankerExamples.concat(parts)
     fold_of = torch.tensor(fold_of, dtype=torch.int64)
@@ -194,25 +194,21 @@ def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress
         order[held] = rank_candidates(model, every.subset(held))
         if progress is not None:
             progress(f, len(rest))
-    base = fusion_order(every)
-    gain = paired_difference(recall_per_question(order, every, 5), recall_per_question(base, every, 5))
-    return {"folds": folds, "cv_questions": len(every), "cv_scored": int((every.num_gold > 0).sum()),
-            **{f"cv_recall@{k}": round(recall_at(order, every, k), 4) for k in (2, 5)},
-            **{f"cv_fusion_recall@{k}": round(recall_at(base, every, k), 4) for k in (2, 5)},
-            "cv_gain@5": [round(v, 4) for v in gain]}
+    return {"folds": folds, **_versus_fusion(order, every, "cv")}
 
 
-def _held_report(model, held) -> dict:
-    """The held questions' R@2 / R@5, the fusion's on the same candidates, and the R@5 difference
-    with its 95% interval (:func:`~hpengine.pipeline.paired_difference`)."""
-    from hpengine.pipeline import fusion_order, paired_difference, rank_candidates, recall_at, recall_per_question
+def _versus_fusion(order, examples, prefix: str) -> dict:
+    """``{prefix}_questions`` and ``_scored`` (those with a gold passage in their index), the R@2 /
+    R@5 of ``order`` ``[N, C]`` and of the fusion's order on the same candidates, and the R@5
+    difference with its 95% interval (:func:`~hpengine.pipeline.paired_difference`)."""
+    from hpengine.pipeline import fusion_order, paired_difference, recall_at, recall_per_question
 
-    mine, base = rank_candidates(model, held), fusion_order(held)
-    gain = paired_difference(recall_per_question(mine, held, 5), recall_per_question(base, held, 5))
-    return {"held_questions": len(held), "held_scored": int((held.num_gold > 0).sum()),
-            **{f"held_recall@{k}": round(recall_at(mine, held, k), 4) for k in (2, 5)},
-            **{f"held_fusion_recall@{k}": round(recall_at(base, held, k), 4) for k in (2, 5)},
-            "held_gain@5": [round(v, 4) for v in gain]}
+    base = fusion_order(examples)
+    gain = paired_difference(recall_per_question(order, examples, 5), recall_per_question(base, examples, 5))
+    return {f"{prefix}_questions": len(examples), f"{prefix}_scored": int((examples.num_gold > 0).sum()),
+            **{f"{prefix}_recall@{k}": round(recall_at(order, examples, k), 4) for k in (2, 5)},
+            **{f"{prefix}_fusion_recall@{k}": round(recall_at(base, examples, k), 4) for k in (2, 5)},
+            f"{prefix}_gain@5": [round(v, 4) for v in gain]}
 
 
 def _write(model, out: str, meta: dict) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 
 import torch
 from torch import Tensor
@@ -137,23 +136,14 @@ def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> 
     """Write the weights and ``meta`` (feature names, encoder, settings) to ``path`` (safetensors)."""
     from safetensors.torch import save
 
+    from hpengine.graph import write_atomic
+
     header = {"format": RANKER_FORMAT, "format_version": RANKER_VERSION, "hidden": model.hidden,
               "num_features": model.num_features, "adapter_dim": model.adapter_dim, **meta}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     data = save(tensors, metadata={"hpengine": json.dumps(header)})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.tmp-{secrets.token_hex(6)}")  # hidden beside it until it is whole
-    try:  # created as any file the user writes (the umask's mode), whole before it replaces ``path``
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data)  # whole before it replaces ``path``, in the user's file mode
 
 
 def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
