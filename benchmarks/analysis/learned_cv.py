@@ -87,8 +87,8 @@ def run(args) -> dict:
         row["gold_in_candidates"] = round(float((ex.gold.sum(1).float()[has] / ex.num_gold[has]).mean()), 4)
         out["sets"][name] = row
     out["repeats"] = args.repeats
-    fits = {f"hidden{h}": (lambda train, seed, h=h: train_ranker(train, hidden=h, epochs=args.epochs, lr=args.lr,
-                                                               seed=seed)) for h in args.hidden}
+    fits = {f"hidden{h}": (lambda train, seed, h=h: train_ranker(train, hidden=h, seed=seed, **_fit_args(args)))
+            for h in args.hidden}
     if args.gbdt:
         fits["gbdt"] = GbdtRanker
     if args.listformer:
@@ -243,12 +243,12 @@ def ship(args, out: dict, engines=None, questions=None) -> None:
         model, adapted = fit_adapted(engines, questions, {n: list(range(len(qs))) for n, qs in questions.items()}, args)
         examples = RankerExamples.concat(list(adapted.values()))
     else:
-        model = train_ranker(examples, hidden=hidden, epochs=args.epochs, lr=args.lr, seed=args.seed)
+        model = train_ranker(examples, hidden=hidden, seed=args.seed, **_fit_args(args))
     cfg = LearnedConfig(mention_width=args.mention_width)
     write_ranker(model, args.ship, {"features": list(FEATURES), "encoder": encoders.pop(),
                                     "candidate_width": cfg.candidate_width, "mention_width": cfg.mention_width,
                                     "passage_width": cfg.passage_width,
-                                    "questions": len(examples), "hidden": hidden, "epochs": args.epochs, "lr": args.lr,
+                                    "questions": len(examples), "hidden": hidden, **_fit_args(args),
                                     "adapter_steps": args.adapter_steps,
                                     "trained_on": [s.partition("=")[0] for s in args.set], "cv": out["models"]})
     print(f"ranker trained on {len(examples)} questions written to {args.ship}")
@@ -279,7 +279,7 @@ def fit_adapted(engines: dict, questions: dict, rows: dict, args):
     adapter = train_adapter(parts, steps=args.adapter_steps, seed=args.seed)
     examples = {n: ranker_examples(engines[n], questions[n], adapter=adapter) for n in engines}
     train = RankerExamples.concat([examples[n].subset(rs) for n, rs in rows.items() if rs])
-    model = train_ranker(train, hidden=args.hidden[0], epochs=args.epochs, lr=args.lr, seed=args.seed, adapter=adapter)
+    model = train_ranker(train, hidden=args.hidden[0], seed=args.seed, adapter=adapter, **_fit_args(args))
     return model, examples
 
 
@@ -358,14 +358,24 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _fit_args(args) -> dict:
+    """The training settings of ``train_ranker`` that the command line sets."""
+    return dict(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, fusion_prior=not args.no_fusion_prior)
+
+
 def main(argv=None) -> None:
+    from hpengine.config import TrainJobConfig
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", action="append", required=True, help="NAME=INDEX:QUESTIONS (repeat)")
     p.add_argument("--label", default="run")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--hidden", type=int, nargs="+", default=[0, 32])
-    p.add_argument("--epochs", type=int, default=300)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--epochs", type=int, default=TrainJobConfig.epochs)
+    p.add_argument("--lr", type=float, default=TrainJobConfig.lr)
+    p.add_argument("--weight-decay", type=float, default=TrainJobConfig.weight_decay)
+    p.add_argument("--no-fusion-prior", action="store_true", help="score from the features alone, not starting "
+                   "from the fusion's order (TrainJobConfig.fusion_prior)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=_at_least_one, default=1, help="run the folds and the left-out sets this many times "
                    "(fold splits and model seeds --seed, --seed + 1, ...): the mean, each run's R@5, and the "

@@ -150,8 +150,11 @@ class TrainJobConfig:
     epochs: int = 300
     #: Adam learning rate.
     lr: float = 0.01
-    #: Adam weight decay.
-    weight_decay: float = 1e-4
+    #: Adam weight decay (with ``fusion_prior``, it pulls the ranker toward the fusion's order).
+    weight_decay: float = 3e-2
+    #: Start each candidate's score from the log of its reciprocal rank in the fusion's ranking, the
+    #: ranker learning what to change (docs/methods/learned.md); false: from the features alone.
+    fusion_prior: bool = True
     #: Share of the questions held out for validation (0: train on all).
     holdout: float = 0.2
     #: Seed of the held-out split and of the initial weights.

@@ -24,13 +24,20 @@ class CandidateRanker(torch.nn.Module):
     """Scores ``C`` candidates of each of ``Q`` questions from ``F`` features each.
 
     ``score = w·z + mlp(z)`` with ``z`` the features standardised by the training set's mean and
-    spread (buffers saved with the weights); ``hidden=0`` is the linear model alone.
+    spread (buffers saved with the weights); ``hidden=0`` is the linear model alone. With a
+    ``prior`` feature (a reciprocal rank ``1 / (1 + rank)``, 0 where the passage is not listed), the
+    score starts from that list's order: ``log(max(x_prior, prior_floor)) + w·z + mlp(z)``, so that
+    weight decay pulls the model toward that list rather than toward no order at all
+    (docs/methods/learned.md).
 
     Args:
         num_features: F.
         hidden: width of the MLP's hidden layer (default 16; 0: linear only).
         adapter_dim: D of a :class:`~hpengine.nn.QueryAdapter` the learned method applies to the
             question embeddings before its members run (0: none); :meth:`adapt` applies it.
+        prior: column of the reciprocal-rank feature the score starts from (-1: none).
+        prior_floor: the reciprocal rank an unlisted passage counts as (its log is the prior's
+            lowest score).
 
     Shapes:
         forward: features float ``[Q, C, F]``, valid bool ``[Q, C]`` -> scores float32 ``[Q, C]``
@@ -42,12 +49,17 @@ class CandidateRanker(torch.nn.Module):
         torch.Size([2, 4])
     """
 
-    def __init__(self, num_features: int, hidden: int = 16, adapter_dim: int = 0):
+    def __init__(self, num_features: int, hidden: int = 16, adapter_dim: int = 0, prior: int = -1,
+                 prior_floor: float = 0.02):
         super().__init__()
         if num_features < 1 or hidden < 0 or adapter_dim < 0:
             raise ValueError(f"CandidateRanker needs num_features >= 1, hidden >= 0 and adapter_dim >= 0 (got "
                              f"{num_features}, {hidden}, {adapter_dim})")
+        if not -1 <= prior < num_features or not 0.0 < prior_floor <= 1.0:
+            raise ValueError(f"CandidateRanker needs -1 <= prior < num_features and 0 < prior_floor <= 1 (got "
+                             f"{prior}, {prior_floor})")
         self.num_features, self.hidden = num_features, hidden
+        self.prior, self.prior_floor = prior, prior_floor
         self.query_adapter = QueryAdapter(adapter_dim) if adapter_dim else None
         self.register_buffer("mean", torch.zeros(num_features))
         self.register_buffer("scale", torch.ones(num_features))
@@ -77,7 +89,18 @@ class CandidateRanker(torch.nn.Module):
         score = self.linear(z).squeeze(-1)
         if self.mlp is not None:
             score = score + self.mlp(z).squeeze(-1)
+        if self.prior >= 0:
+            score = score + torch.log(features[..., self.prior].float().clamp_min(self.prior_floor))
         return score.masked_fill(~valid, float("-inf"))
+
+    def start_at_prior(self) -> None:
+        """Zero the output layers, so that an untrained ranker orders as its prior does (or gives
+        every candidate one score without a prior)."""
+        with torch.no_grad():
+            for layer in (self.linear, self.mlp[2] if self.mlp is not None else None):
+                if layer is not None:
+                    layer.weight.zero_()
+                    layer.bias.zero_()
 
 
 def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
@@ -104,11 +127,14 @@ def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
 
 
 def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 16, epochs: int = 300,
-               lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, log=None) -> CandidateRanker:
+               lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, prior: int = -1, log=None
+               ) -> CandidateRanker:
     """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss.
 
     Args:
         features: float ``[N, C, F]``; gold, valid: bool ``[N, C]``.
+        prior: the ranker's ``prior`` feature (-1: none); with one, training starts from its order
+            (:meth:`CandidateRanker.start_at_prior`).
         log: ``(epoch, loss) -> None`` called every 50 epochs and at the end (progress).
 
     Example:
@@ -119,8 +145,10 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
         True
     """
     torch.manual_seed(seed)
-    model = CandidateRanker(features.shape[-1], hidden)
+    model = CandidateRanker(features.shape[-1], hidden, prior=prior)
     model.fit_scaling(features, valid)
+    if prior >= 0:
+        model.start_at_prior()
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     for epoch in range(epochs):
         opt.zero_grad()
@@ -139,7 +167,8 @@ def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> 
     from hpengine.graph import write_atomic
 
     header = {"format": RANKER_FORMAT, "format_version": RANKER_VERSION, "hidden": model.hidden,
-              "num_features": model.num_features, "adapter_dim": model.adapter_dim, **meta}
+              "num_features": model.num_features, "adapter_dim": model.adapter_dim, "prior": model.prior,
+              "prior_floor": model.prior_floor, **meta}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     data = save(tensors, metadata={"hpengine": json.dumps(header)})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -165,7 +194,11 @@ def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
     if header.get("format") != RANKER_FORMAT or header.get("format_version") != RANKER_VERSION:
         raise ValueError(f"{path}: not a {RANKER_FORMAT} file of version {RANKER_VERSION} "
                          f"(got {header.get('format')!r} {header.get('format_version')!r})")
-    model = CandidateRanker(int(header["num_features"]), int(header["hidden"]), int(header.get("adapter_dim", 0)))
+    try:  # a header without a prior: the score is the weights' alone
+        model = CandidateRanker(int(header["num_features"]), int(header["hidden"]), int(header.get("adapter_dim", 0)),
+                                int(header.get("prior", -1)), float(header.get("prior_floor", 0.02)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: its header does not describe a ranker ({str(exc).splitlines()[0][:120]})") from None
     misfit = _misfit(model.state_dict(), tensors)
     if misfit:
         raise ValueError(f"{path}: weights do not fit the ranker it describes ({misfit})")

@@ -190,11 +190,14 @@ def fusion_order(examples: RankerExamples) -> Tensor:
 
 
 def train_ranker(examples: RankerExamples, *, hidden: int = 16, epochs: int = 300, lr: float = 0.01,
-                 weight_decay: float = 1e-4, seed: int = 0, log=None, adapter=None):
-    """:func:`hpengine.nn.fit_ranker` on ``examples``; ``adapter``: the query adapter the examples'
-    candidates were computed with (:func:`ranker_examples`), carried by the ranker."""
+                 weight_decay: float = 3e-2, fusion_prior: bool = True, seed: int = 0, log=None, adapter=None):
+    """:func:`hpengine.nn.fit_ranker` on ``examples``; ``fusion_prior``: the score starts from the
+    fusion's order (``rr_fusion`` as the ranker's prior; docs/methods/learned.md); ``adapter``: the
+    query adapter the examples' candidates were computed with (:func:`ranker_examples`), carried by
+    the ranker. The defaults are :class:`hpengine.config.TrainJobConfig`'s."""
     model = fit_ranker(examples.features, examples.gold, examples.valid, hidden=hidden, epochs=epochs, lr=lr,
-                       weight_decay=weight_decay, seed=seed, log=log)
+                       weight_decay=weight_decay, seed=seed, log=log,
+                       prior=FEATURES.index("rr_fusion") if fusion_prior else -1)
     if adapter is not None:
         model.query_adapter = adapter.cpu().eval()
         for p in model.query_adapter.parameters():

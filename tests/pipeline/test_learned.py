@@ -2,6 +2,8 @@
 by one, training lowers the listwise loss on the built-in corpus, the batched ranking equals a
 per-question sort of the ranker's scores, and ranker files are checked (another encoder, another
 feature schema, a damaged file: one line each)."""
+import json
+import math
 import random
 
 import pytest
@@ -230,3 +232,89 @@ def test_listwise_loss_pulls_up_every_gold_candidate():
     log_p = torch.log_softmax(both_up, 1)[0]
     torch.testing.assert_close(listwise_loss(both_up, gold, valid), -(log_p[0] + log_p[1]) / 2)
 
+
+
+def _random_lists(seed: int, q: int = 4, c: int = 9, f: int = 5):
+    """Features ``[q, c, f]`` whose column 2 is a reciprocal rank (0 for unlisted candidates), and a
+    valid mask with some padding."""
+    g = torch.Generator().manual_seed(seed)
+    features = torch.randn(q, c, f, generator=g)
+    ranks = torch.argsort(torch.rand(q, c, generator=g), dim=1).float()
+    features[..., 2] = torch.where(ranks < 5, 1.0 / (1.0 + ranks), torch.zeros_like(ranks))
+    valid = torch.ones(q, c, dtype=torch.bool)
+    valid[0, -2:] = False
+    return features, valid
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_prior_adds_the_log_of_its_reciprocal_rank_per_candidate(seed):
+    features, valid = _random_lists(seed)
+    torch.manual_seed(seed)
+    plain = CandidateRanker(features.shape[-1], hidden=4)
+    with_prior = CandidateRanker(features.shape[-1], hidden=4, prior=2, prior_floor=0.05)
+    with_prior.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        base, scored = plain(features, valid), with_prior(features, valid)
+    for i in range(features.shape[0]):  # one candidate at a time: the base score plus log(max(rr, floor))
+        for j in range(features.shape[1]):
+            if not valid[i, j]:
+                assert scored[i, j] == float("-inf")
+                continue
+            rr = float(features[i, j, 2])
+            want = float(base[i, j]) + math.log(max(rr, 0.05))
+            assert abs(float(scored[i, j]) - want) < 1e-5
+
+
+def test_an_untrained_ranker_with_a_prior_orders_as_the_prior():
+    features, valid = _random_lists(7)
+    ranker = CandidateRanker(features.shape[-1], hidden=4, prior=2)
+    ranker.fit_scaling(features, valid)
+    ranker.start_at_prior()
+    with torch.no_grad():
+        scores = ranker(features, valid)
+    listed = valid & (features[..., 2] > 0)
+    for i in range(features.shape[0]):  # the listed candidates in their list's order, above the others
+        rr = features[i, :, 2][listed[i]]
+        assert torch.equal(torch.argsort(scores[i][listed[i]], descending=True), torch.argsort(rr, descending=True))
+        assert bool((scores[i][listed[i]].min() > scores[i][valid[i] & ~listed[i]]).all())
+
+
+def test_train_ranker_starts_from_the_fusions_order_unless_told_not_to(examples, tmp_path):
+    engine, _, ex = examples
+    seen = []
+    model = train_ranker(ex, hidden=4, epochs=40, log=lambda epoch, loss: seen.append(loss))
+    assert model.prior == FEATURES.index("rr_fusion") and seen[-1] < seen[0]
+    assert train_ranker(ex, hidden=4, epochs=5, fusion_prior=False).prior == -1
+    untrained = train_ranker(ex, hidden=4, epochs=0)  # no step taken: the fusion's own order
+    fused = ex.features[..., FEATURES.index("rr_fusion")] > 0
+    order = rank_candidates(untrained, ex)
+    for i in range(len(ex)):
+        listed = int(fused[i].sum())
+        ranks = ex.features[i, order[i, :listed], FEATURES.index("rr_fusion")]
+        assert bool((ranks[:-1] > ranks[1:]).all())
+    path = tmp_path / "prior.safetensors"  # the prior travels in the file and scores the same after loading
+    save_ranker(model, path, ranker_meta(engine, ex))
+    loaded, meta = load_ranker(path)
+    assert (loaded.prior, loaded.prior_floor) == (model.prior, model.prior_floor) and meta["prior"] == model.prior
+    with torch.no_grad():
+        assert torch.equal(loaded(ex.features, ex.valid), model(ex.features, ex.valid))
+
+
+def test_a_ranker_file_without_a_prior_scores_from_its_weights_alone(examples, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    engine, _, ex = examples
+    model = train_ranker(ex, hidden=4, epochs=5, fusion_prior=False)
+    path = tmp_path / "r.safetensors"
+    save_ranker(model, path, ranker_meta(engine, ex))
+    with safe_open(str(path), framework="pt") as f:
+        header = json.loads(f.metadata()["hpengine"])
+    for key in ("prior", "prior_floor"):  # a header that never had them
+        del header[key]
+    save_file(load_file(str(path)), str(path), metadata={"hpengine": json.dumps(header)})
+    loaded, _ = load_ranker(path)
+    assert loaded.prior == -1
+    with torch.no_grad():
+        assert torch.equal(loaded(ex.features, ex.valid), model(ex.features, ex.valid))
+    with pytest.raises(ValueError, match="prior"):
+        CandidateRanker(3, prior=3)
