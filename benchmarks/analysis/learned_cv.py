@@ -77,7 +77,7 @@ def run(args) -> dict:
         cache = RESULTS / "learned" / f"{args.label}_{name}.safetensors"
         sets[name], seconds[name] = examples_of(name, index, questions, cache, args.reuse, args.max_questions,
                                                 args.mention_width)
-    out = {"label": args.label, "folds": args.folds, "seed": args.seed, "models": {}, "sets": {},
+    out = {"label": args.label, "folds": args.folds, "seed": args.seed, **_fit_args(args), "models": {}, "sets": {},
            "candidate_seconds": seconds}
     for name, ex in sets.items():
         row = {"questions": len(ex), "fusion": scores(fusion_order(ex), ex)}

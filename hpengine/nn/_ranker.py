@@ -1,7 +1,8 @@
 """A learned ranker over the engine's own signals (docs/methods/learned.md): each candidate passage
 of a question is scored from a feature vector (its ranks in the members' lists, its cosine to the
 question, whether the question names it, whether the fused first passage links to it, ...) by a
-linear term plus a small MLP, and trained listwise on the gold passages.
+linear term plus a small MLP, optionally on top of one list's order (the prior), and trained
+listwise on the gold passages.
 
 The weights are saved as safetensors with the feature schema, the encoder and the settings they
 need in its metadata (no pickle); :func:`load_ranker` refuses a file whose schema differs.
@@ -55,8 +56,8 @@ class CandidateRanker(torch.nn.Module):
         if num_features < 1 or hidden < 0 or adapter_dim < 0:
             raise ValueError(f"CandidateRanker needs num_features >= 1, hidden >= 0 and adapter_dim >= 0 (got "
                              f"{num_features}, {hidden}, {adapter_dim})")
-        if not -1 <= prior < num_features or not 0.0 < prior_floor <= 1.0:
-            raise ValueError(f"CandidateRanker needs -1 <= prior < num_features and 0 < prior_floor <= 1 (got "
+        if not -1 <= prior < num_features or not 1e-6 <= prior_floor <= 1.0:  # below 1e-6 float32 logs reach -inf
+            raise ValueError(f"CandidateRanker needs -1 <= prior < num_features and 1e-6 <= prior_floor <= 1 (got "
                              f"{prior}, {prior_floor})")
         self.num_features, self.hidden = num_features, hidden
         self.prior, self.prior_floor = prior, prior_floor
@@ -134,7 +135,10 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
     Args:
         features: float ``[N, C, F]``; gold, valid: bool ``[N, C]``.
         prior: the ranker's ``prior`` feature (-1: none); with one, training starts from its order
-            (:meth:`CandidateRanker.start_at_prior`).
+            (:meth:`CandidateRanker.start_at_prior`). The engine's recipe
+            (:func:`hpengine.pipeline.train_ranker`, ``hpengine train``) pairs the fusion's order as
+            the prior with ``weight_decay=0.03``; this generic default (1e-4, no prior) is the plain
+            model's.
         log: ``(epoch, loss) -> None`` called every 50 epochs and at the end (progress).
 
     Example:
@@ -194,6 +198,8 @@ def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
     if header.get("format") != RANKER_FORMAT or header.get("format_version") != RANKER_VERSION:
         raise ValueError(f"{path}: not a {RANKER_FORMAT} file of version {RANKER_VERSION} "
                          f"(got {header.get('format')!r} {header.get('format_version')!r})")
+    if type(header.get("prior", -1)) is not int:  # json's true would read as column 1
+        raise ValueError(f"{path}: its header's prior is not a feature column (got {header.get('prior')!r})")
     try:  # a header without a prior: the score is the weights' alone
         model = CandidateRanker(int(header["num_features"]), int(header["hidden"]), int(header.get("adapter_dim", 0)),
                                 int(header.get("prior", -1)), float(header.get("prior_floor", 0.02)))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from hpengine.config import TrainJobConfig
 from hpengine.nn import fit_query_adapter, fit_ranker, save_ranker
 from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever
 
@@ -189,8 +190,9 @@ def fusion_order(examples: RankerExamples) -> Tensor:
     return list_order(examples, "fusion")
 
 
-def train_ranker(examples: RankerExamples, *, hidden: int = 16, epochs: int = 300, lr: float = 0.01,
-                 weight_decay: float = 3e-2, fusion_prior: bool = True, seed: int = 0, log=None, adapter=None):
+def train_ranker(examples: RankerExamples, *, hidden: int = TrainJobConfig.hidden, epochs: int = TrainJobConfig.epochs,
+                 lr: float = TrainJobConfig.lr, weight_decay: float = TrainJobConfig.weight_decay,
+                 fusion_prior: bool = TrainJobConfig.fusion_prior, seed: int = 0, log=None, adapter=None):
     """:func:`hpengine.nn.fit_ranker` on ``examples``; ``fusion_prior``: the score starts from the
     fusion's order (``rr_fusion`` as the ranker's prior; docs/methods/learned.md); ``adapter``: the
     query adapter the examples' candidates were computed with (:func:`ranker_examples`), carried by

@@ -198,6 +198,7 @@ def test_the_command_line_pairs_each_question_file_with_its_index():
     for args, message in ((["questions=q.json", "A"], "pairs with the index before it"),
                           (["A", "questions=q", "epoch=3"], "unknown key 'epoch'.*did you mean epochs"),
                           (["A", "questions=q", "hidden=wide"], "hidden= must be an int"),
+                          (["A", "questions=q", "fusion_prior=maybe"], "fusion_prior= must be true or false"),
                           (["A", "questions=q", "holdout=2"], "holdout must be <= 0.9")):
         with pytest.raises(UserError, match=message):
             parse_train_args(args)
@@ -216,6 +217,25 @@ def test_hpengine_train_on_the_command_line(saved, tmp_path, capsys):
         main(["train", saved[0], f"questions={q}", f"out={out}", "epoch=3"])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.startswith("hpengine: error: unknown key 'epoch'") and "\n" not in err
+
+
+@pytest.mark.parametrize("word,prior", [("false", False), ("False", False), ("0", False), ("off", False),
+                                        ("true", True), ("yes", True)])
+def test_fusion_prior_reads_its_words(word, prior):
+    from hpengine.jobs import parse_train_args
+
+    assert parse_train_args(["A", "questions=q", f"fusion_prior={word}"]).fusion_prior is prior
+
+
+def test_hpengine_train_without_the_fusion_prior_writes_a_ranker_without_one(saved, tmp_path):
+    from hpengine.cli import main
+
+    q = str(builtin_questions_path())
+    for word, want in (("false", -1), ("true", FEATURES.index("rr_fusion"))):
+        out = tmp_path / f"{word}.safetensors"
+        main(["train", saved[0], f"questions={q}", f"out={out}", "epochs=5", "hidden=0", f"fusion_prior={word}"])
+        model, meta = load_ranker(out)
+        assert model.prior == meta["prior"] == want and meta["fusion_prior"] is (word == "true")
 
 
 def test_hpengine_train_refuses_a_device_this_machine_lacks(saved, tmp_path, capsys, monkeypatch):

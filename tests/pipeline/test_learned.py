@@ -233,7 +233,6 @@ def test_listwise_loss_pulls_up_every_gold_candidate():
     torch.testing.assert_close(listwise_loss(both_up, gold, valid), -(log_p[0] + log_p[1]) / 2)
 
 
-
 def _random_lists(seed: int, q: int = 4, c: int = 9, f: int = 5):
     """Features ``[q, c, f]`` whose column 2 is a reciprocal rank (0 for unlisted candidates), and a
     valid mask with some padding."""
@@ -272,6 +271,8 @@ def test_an_untrained_ranker_with_a_prior_orders_as_the_prior():
     ranker.start_at_prior()
     with torch.no_grad():
         scores = ranker(features, valid)
+    want = torch.log(features[..., 2].clamp_min(ranker.prior_floor))
+    assert torch.equal(scores[valid], want[valid])  # the prior's score exactly: the model adds nothing yet
     listed = valid & (features[..., 2] > 0)
     for i in range(features.shape[0]):  # the listed candidates in their list's order, above the others
         rr = features[i, :, 2][listed[i]]
@@ -293,6 +294,7 @@ def test_train_ranker_starts_from_the_fusions_order_unless_told_not_to(examples,
         ranks = ex.features[i, order[i, :listed], FEATURES.index("rr_fusion")]
         assert bool((ranks[:-1] > ranks[1:]).all())
     path = tmp_path / "prior.safetensors"  # the prior travels in the file and scores the same after loading
+    model.prior_floor = 0.05  # not the default: the file must carry it
     save_ranker(model, path, ranker_meta(engine, ex))
     loaded, meta = load_ranker(path)
     assert (loaded.prior, loaded.prior_floor) == (model.prior, model.prior_floor) and meta["prior"] == model.prior
@@ -318,3 +320,7 @@ def test_a_ranker_file_without_a_prior_scores_from_its_weights_alone(examples, t
         assert torch.equal(loaded(ex.features, ex.valid), model(ex.features, ex.valid))
     with pytest.raises(ValueError, match="prior"):
         CandidateRanker(3, prior=3)
+    header["prior"] = True  # json's true is not column 1
+    save_file(load_file(str(path)), str(path), metadata={"hpengine": json.dumps(header)})
+    with pytest.raises(ValueError, match="prior is not a feature column"):
+        load_ranker(path)
