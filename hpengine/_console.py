@@ -15,6 +15,21 @@ _NOISE = ("full_key:", "object_type=", "reference_type=", "Config search path", 
           "To append to your config use")
 
 
+def read_switch(key: str, value: str) -> bool:
+    """The value of a ``key=`` switch: true / 1 / yes / on or false / 0 / no / off, in any case and
+    with outer spaces (``bool("false")`` is True, so never the type's own conversion).
+
+    Raises:
+        UserError: any other word, in one line naming ``key``.
+    """
+    word = value.strip().lower()
+    if word not in TRUE | FALSE:
+        from hpengine.errors import UserError
+
+        raise UserError(f"{key}= must be true or false (got {value!r})")
+    return word in TRUE
+
+
 def one_line(exc: BaseException) -> str:
     """The message of ``exc`` (and of a Hydra/OmegaConf cause) on one line, without OmegaConf's
     ``full_key`` / ``object_type`` trailer lines."""

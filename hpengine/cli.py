@@ -31,11 +31,11 @@ import sys
 
 from hpengine._commands import COMMANDS, OVERRIDE, check_overrides, closest, command_help, conf_dir
 from hpengine._commands import escape_interpolation, method_of, split_positional, usage
-from hpengine._console import FALSE as _FALSE
 from hpengine._console import TRUE as _TRUE
 from hpengine._console import debug_from_env as _debug_from_env
 from hpengine._console import fail as _fail
 from hpengine._console import one_line as _one_line
+from hpengine._console import read_switch as _read_switch
 
 __all__ = ["COMMANDS", "job_config", "main", "split_ask_args", "usage"]
 
@@ -65,10 +65,7 @@ def _split_cli_options(command: str, args: list) -> tuple[list, dict]:
             takes = [name for name, spec in COMMANDS.items() if key in spec.options]
             if key not in COMMANDS[command].options:
                 raise _user_error(f"{key}= applies to {' and '.join(takes)} only (got {a!r} for {command})")
-            v = value.strip().lower()
-            if v not in _TRUE | _FALSE:
-                raise _user_error(f"{key}= must be true or false (got {value!r})")
-            options[key] = v in _TRUE
+            options[key] = _read_switch(key, value)
         else:
             rest.append(a)
     return rest, options

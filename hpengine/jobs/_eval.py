@@ -56,7 +56,8 @@ def _check_ranker(cfg: EvalJobConfig) -> tuple[str, list]:
     _, meta = resolve_ranker(cfg.engine.ranker, encoder)
     path = cfg.engine.ranker or str(default_ranker_path(encoder))
     differ = [f"{key}={meta[key]} (this run: {getattr(cfg.engine, key)})"
-              for key in ("candidate_width", "mention_width", "passage_width") if key in meta and meta[key] != getattr(cfg.engine, key)]
+              for key in ("candidate_width", "mention_width", "passage_width")
+              if key in meta and meta[key] != getattr(cfg.engine, key)]
     warnings = [f"ranker {path!r} was trained on candidates of {', '.join(differ)}; its ordering may not carry over "
                 f"to other candidates"] if differ else []
     return path, warnings

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from hpengine._console import FALSE as _FALSE
 from hpengine._console import TRUE as _TRUE
+from hpengine._console import read_switch
 
 REPORT_USAGE = ("usage: hpengine report RUN.json [RUN2.json ...] [out=report.html] [names=a,b,...] "
                 "[questions=dev.json] [title=TEXT] [debug=true]\n"
@@ -37,9 +37,7 @@ def parse_report_args(argv: list) -> tuple:
         else:
             runs.append(arg)
     if "debug" in options:
-        if options["debug"].strip().lower() not in _TRUE | _FALSE:
-            raise UserError(f"debug= must be true or false (got {options['debug']!r})")
-        options["debug"] = options["debug"].strip().lower() in _TRUE
+        options["debug"] = read_switch("debug", options["debug"])
     if not runs:
         raise UserError("no run files given (got none; pass one or more `hpengine eval` outputs)")
     if "names" in options:

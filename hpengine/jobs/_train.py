@@ -309,16 +309,13 @@ def parse_train_args(argv: list) -> TrainJobConfig:
 
 def _typed(key: str, value: str, default):
     """``value`` as the type of the field's ``default`` (str, bool, int, float)."""
-    from hpengine._console import FALSE, TRUE
+    from hpengine._console import read_switch
 
     kind = type(default)
     if kind is str:
         return value
-    if kind is bool:  # bool("false") is True: read the words
-        word = value.strip().lower()
-        if word not in TRUE | FALSE:
-            raise UserError(f"{key}= must be true or false (got {value!r})")
-        return word in TRUE
+    if kind is bool:
+        return read_switch(key, value)
     try:
         return kind(value)
     except ValueError:

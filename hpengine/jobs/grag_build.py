@@ -13,6 +13,7 @@ def main(argv: list | None = None) -> int:
     traceback; ``HPENGINE_DEBUG=1`` shows it), 130 interrupted."""
     import os
 
+    from hpengine._console import read_switch
     from hpengine.config import GragBuildConfig
     from hpengine.errors import UserError
 
@@ -34,9 +35,7 @@ def main(argv: list | None = None) -> int:
                                 f"(got {arg!r})")
             default = fields[key].default
             if isinstance(default, bool):
-                if value.strip().lower() not in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
-                    raise UserError(f"{key}= must be true or false (got {value!r})")
-                kwargs[key] = value.strip().lower() in {"true", "1", "yes", "on"}
+                kwargs[key] = read_switch(key, value)
             else:
                 kwargs[key] = _number(key, value, type(default)) if isinstance(default, (int, float)) else value
         try:

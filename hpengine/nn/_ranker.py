@@ -97,11 +97,11 @@ class CandidateRanker(torch.nn.Module):
     def start_at_prior(self) -> None:
         """Zero the output layers, so that an untrained ranker orders as its prior does (or gives
         every candidate one score without a prior)."""
+        outputs = [self.linear] + ([self.mlp[2]] if self.mlp is not None else [])
         with torch.no_grad():
-            for layer in (self.linear, self.mlp[2] if self.mlp is not None else None):
-                if layer is not None:
-                    layer.weight.zero_()
-                    layer.bias.zero_()
+            for layer in outputs:
+                layer.weight.zero_()
+                layer.bias.zero_()
 
 
 def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:

@@ -132,12 +132,17 @@ def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
     assert {p: p.read_bytes() for p in before} == before  # nothing read was touched
 
 
-def test_a_split_that_holds_out_every_question_is_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
+@pytest.mark.parametrize("count,settings,message", [
+    (2, dict(holdout=0.9), "holdout=0.9 holds out every question \\(2 in all\\)"),  # nothing left to train on
+    (3, dict(folds=5), "folds=5 needs at least 5 distinct questions \\(got 3\\)"),
+])
+def test_a_split_with_too_few_questions_is_refused_before_any_model_loads(saved, tmp_path, monkeypatch, count,
+                                                                          settings, message):
     _refuse_models(monkeypatch)
-    two = _first_questions(tmp_path, 2)
-    with pytest.raises(UserError, match="holdout=0.9 holds out every question \\(2 in all\\)"):
-        run_train(TrainJobConfig(index=saved[:1], questions=[two], out=str(tmp_path / "r.safetensors"),
-                                 holdout=0.9), progress=False)
+    few = _first_questions(tmp_path, count)
+    with pytest.raises(UserError, match=message):
+        run_train(TrainJobConfig(index=saved[:1], questions=[few], out=str(tmp_path / "r.safetensors"), **settings),
+                  progress=False)
     assert not (tmp_path / "r.safetensors").exists()
 
 
@@ -352,14 +357,6 @@ def test_holdout_and_folds_together_are_refused(saved, tmp_path):
 def test_bad_folds_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         TrainJobConfig(index=["a"], questions=["q"], out="r.safetensors", **settings)
-
-
-def test_more_folds_than_questions_are_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
-    _refuse_models(monkeypatch)
-    three = _first_questions(tmp_path, 3)
-    with pytest.raises(UserError, match="folds=5 needs at least 5 distinct questions \\(got 3\\)"):
-        run_train(TrainJobConfig(index=saved[:1], questions=[three], out=str(tmp_path / "r.safetensors"),
-                                 folds=5), progress=False)
 
 
 def test_hpengine_train_with_folds_says_each_fold(saved, tmp_path, capsys):
