@@ -128,15 +128,15 @@ def held_out_orders(sets: dict, fit, folds: int, seed: int) -> dict:
     rows = {name: folds_of(len(ex), folds, seed) for name, ex in sets.items()}
     out = {"cv": {n: torch.zeros_like(ex.candidates) for n, ex in sets.items()}, "lodo": {}}
     for f in range(folds):  # k-fold over every dataset at once
-        train = RankerExamples.concat([ex.subset([r for g, fold in enumerate(rows[n]) if g != f for r in fold])
-                                       for n, ex in sets.items()])
+        train = RankerExamples.of_sets([ex.subset([r for g, fold in enumerate(rows[n]) if g != f for r in fold])
+                                        for n, ex in sets.items()])
         model = fit(train, seed)
         for n, ex in sets.items():
             held = ex.subset(rows[n][f])
             out["cv"][n][rows[n][f]] = _pad(rank_candidates(model, held), ex.candidates.shape[1])
     if len(sets) > 1:
         for n, ex in sets.items():  # leave one dataset out
-            model = fit(RankerExamples.concat([e for m, e in sets.items() if m != n]), seed)
+            model = fit(RankerExamples.of_sets([e for m, e in sets.items() if m != n]), seed)
             out["lodo"][n] = _pad(rank_candidates(model, ex), ex.candidates.shape[1])
     return out
 
@@ -237,11 +237,11 @@ def ship(args, out: dict, engines=None, questions=None) -> None:
         encoders.add(str(IndexStore(rest.partition(":")[0]).read_manifest().get("encoder", "")))
     if len(encoders) != 1:
         raise SystemExit(f"the sets use several encoders: {sorted(encoders)}")
-    examples = RankerExamples.concat(parts)
+    examples = RankerExamples.of_sets(parts)
     hidden = args.hidden[0]
     if args.adapter_steps:
         model, adapted = fit_adapted(engines, questions, {n: list(range(len(qs))) for n, qs in questions.items()}, args)
-        examples = RankerExamples.concat(list(adapted.values()))
+        examples = RankerExamples.of_sets(list(adapted.values()))
     else:
         model = train_ranker(examples, hidden=hidden, seed=args.seed, **_fit_args(args))
     cfg = LearnedConfig(mention_width=args.mention_width)
@@ -278,7 +278,7 @@ def fit_adapted(engines: dict, questions: dict, rows: dict, args):
     parts = [adapter_part(engines[n], [questions[n][r] for r in rs]) for n, rs in rows.items() if rs]
     adapter = train_adapter(parts, steps=args.adapter_steps, seed=args.seed)
     examples = {n: ranker_examples(engines[n], questions[n], adapter=adapter) for n in engines}
-    train = RankerExamples.concat([examples[n].subset(rs) for n, rs in rows.items() if rs])
+    train = RankerExamples.of_sets([examples[n].subset(rs) for n, rs in rows.items() if rs])
     model = train_ranker(train, hidden=args.hidden[0], seed=args.seed, adapter=adapter, **_fit_args(args))
     return model, examples
 
@@ -360,7 +360,8 @@ def _at_least_one(text: str) -> int:
 
 def _fit_args(args) -> dict:
     """The training settings of ``train_ranker`` that the command line sets."""
-    return dict(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, fusion_prior=not args.no_fusion_prior)
+    return dict(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, fusion_prior=not args.no_fusion_prior,
+                balance_sets=not args.no_balance_sets)
 
 
 def main(argv=None) -> None:
@@ -376,6 +377,8 @@ def main(argv=None) -> None:
     p.add_argument("--weight-decay", type=float, default=TrainJobConfig.weight_decay)
     p.add_argument("--no-fusion-prior", action="store_true", help="score from the features alone, not starting "
                    "from the fusion's order (TrainJobConfig.fusion_prior)")
+    p.add_argument("--no-balance-sets", action="store_true", help="weigh every question the same in the loss, not "
+                   "every set (TrainJobConfig.balance_sets)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=_at_least_one, default=1, help="run the folds and the left-out sets this many times "
                    "(fold splits and model seeds --seed, --seed + 1, ...): the mean, each run's R@5, and the "

@@ -140,9 +140,9 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         train_parts.append(examples.subset(train_rows))
         if held_rows:
             held_parts.append(examples.subset(held_rows))
-    train = RankerExamples.concat(train_parts)
+    train = RankerExamples.of_sets(train_parts)
     fit = dict(hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
-               fusion_prior=cfg.fusion_prior, seed=cfg.seed)
+               fusion_prior=cfg.fusion_prior, balance_sets=cfg.balance_sets, seed=cfg.seed)
     say_fold = (lambda f, n: print(f"fold {f + 1}/{cfg.folds}: trained on {n} questions", file=sys.stderr)) \
         if progress else None
     folded = _cross_validated(train_parts, [p % cfg.folds for ps in places for p in ps], cfg.folds, fit, say_fold) \
@@ -157,7 +157,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         held = RankerExamples.concat(held_parts)
         report.update(_versus_fusion(rank_candidates(model, held), held, "held"))
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
-                                                                         "fusion_prior", "holdout", "seed",
+                                                                         "fusion_prior", "balance_sets",
+                                                                         "holdout", "seed",
                                                                          "adapter_steps", "folds")}
     settings["holdout"] = 0.0 if cfg.folds else cfg.holdout  # the folds validate; nothing was held from the ranker
     _write(model, cfg.out, ranker_meta(engines[0], train, **settings, report=report))
@@ -187,7 +188,7 @@ def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress
 
     from hpengine.pipeline import RankerExamples, rank_candidates, train_ranker
 
-    every = RankerExamples.concat(parts)
+    every = RankerExamples.of_sets(parts)
     fold_of = torch.tensor(fold_of, dtype=torch.int64)
     order = torch.zeros_like(every.candidates)
     for f in range(folds):

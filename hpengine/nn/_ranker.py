@@ -104,13 +104,15 @@ class CandidateRanker(torch.nn.Module):
                 layer.bias.zero_()
 
 
-def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
+def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor, weight: Tensor | None = None) -> Tensor:
     """Cross-entropy of the softmax over a question's candidates against the uniform distribution
     on its gold candidates (every gold passage pulled up, not only the easiest one), averaged over
-    the questions with a gold candidate (the others add nothing).
+    the questions with a gold candidate (the others add nothing); ``weight``: each question's weight
+    in that average (None: the same for all).
 
     Shapes:
-        scores float ``[Q, C]`` (``-inf`` where not valid), gold and valid bool ``[Q, C]`` -> scalar.
+        scores float ``[Q, C]`` (``-inf`` where not valid), gold and valid bool ``[Q, C]``, weight
+        float ``[Q]`` -> scalar.
 
     Example:
         >>> s = torch.tensor([[2.0, 0.0, float("-inf")]])
@@ -124,12 +126,16 @@ def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor) -> Tensor:
         return scores.sum() * 0.0
     log_p = scores - torch.logsumexp(scores, dim=1, keepdim=True)
     on_gold = torch.where(gold, log_p, torch.zeros_like(log_p)).sum(1)
-    return (-on_gold[has] / count[has]).mean()
+    per_question = -on_gold[has] / count[has]
+    if weight is None:
+        return per_question.mean()
+    weight = weight.to(per_question)[has]
+    return (per_question * weight).sum() / weight.sum()
 
 
 def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 16, epochs: int = 300,
-               lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, prior: int = -1, log=None
-               ) -> CandidateRanker:
+               lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, prior: int = -1,
+               weight: Tensor | None = None, log=None) -> CandidateRanker:
     """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss.
 
     Args:
@@ -139,6 +145,8 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
             (:func:`hpengine.pipeline.train_ranker`, ``hpengine train``) pairs the fusion's order as
             the prior with ``weight_decay=0.03``; this generic default (1e-4, no prior) is the plain
             model's.
+        weight: float ``[N]``, each question's weight in the loss (:func:`listwise_loss`; None: the
+            same for all).
         log: ``(epoch, loss) -> None`` called every 50 epochs and at the end (progress).
 
     Example:
@@ -156,7 +164,7 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     for epoch in range(epochs):
         opt.zero_grad()
-        loss = listwise_loss(model(features, valid), gold, valid)
+        loss = listwise_loss(model(features, valid), gold, valid, weight)
         loss.backward()
         opt.step()
         if log is not None and (epoch % 50 == 0 or epoch == epochs - 1):

@@ -41,6 +41,7 @@ _EXPORTS = {
     "recall_at": "hpengine.pipeline._learn",
     "recall_per_question": "hpengine.pipeline._learn",
     "paired_difference": "hpengine.pipeline._learn",
+    "set_weights": "hpengine.pipeline._learn",
     "train_ranker": "hpengine.pipeline._learn",
     "write_ranker": "hpengine.pipeline._learn",
     "gold_passage_ids": "hpengine.pipeline._learn",
@@ -53,7 +54,8 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._engine import Engine, finish
     from hpengine.pipeline._learn import (RankerExamples, adapter_part, fusion_order, gold_passage_ids, list_order,
                                           paired_difference, rank_candidates, ranker_examples, ranker_meta, recall_at,
-                                          recall_per_question, train_adapter, train_ranker, write_ranker)
+                                          recall_per_question, set_weights, train_adapter, train_ranker,
+                                          write_ranker)
     from hpengine.pipeline._steps import QASteps
     from hpengine.pipeline._text import (choice_options, is_comparison, is_unknown, names_shared, resolve_choice,
                                          rewrite)
@@ -91,6 +93,7 @@ __all__ = [
     "register_retriever",
     "resolve_choice",
     "rewrite",
+    "set_weights",
     "train_adapter",
     "train_ranker",
     "write_ranker",

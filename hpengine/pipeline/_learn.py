@@ -4,6 +4,7 @@ engine batch at a time), the gold passages among them, and a listwise fit
 (:func:`hpengine.nn.fit_ranker`)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,9 @@ class RankerExamples:
         features: float32 ``[N, C, len(FEATURES)]``.
         valid: bool ``[N, C]``; gold: bool ``[N, C]`` (the candidate is a gold passage).
         num_gold: int64 ``[N]`` gold passages of each question in the index (recall's denominator).
+        question_set: int64 ``[N]``, the question set (file) each question came from: 0 for the
+            examples of one set (the default), ``0 .. S-1`` from :meth:`of_sets`; what
+            :func:`set_weights` balances.
     """
 
     candidates: Tensor
@@ -30,6 +34,11 @@ class RankerExamples:
     valid: Tensor
     gold: Tensor
     num_gold: Tensor
+    question_set: Tensor | None = None
+
+    def __post_init__(self):
+        if self.question_set is None:
+            self.question_set = torch.zeros(self.candidates.shape[0], dtype=torch.int64)
 
     def __len__(self) -> int:
         return self.candidates.shape[0]
@@ -37,11 +46,12 @@ class RankerExamples:
     def subset(self, rows) -> "RankerExamples":
         rows = torch.as_tensor(rows, dtype=torch.int64)
         return RankerExamples(*(t.index_select(0, rows) for t in (self.candidates, self.features, self.valid,
-                                                                    self.gold, self.num_gold)))
+                                                                    self.gold, self.num_gold, self.question_set)))
 
     @staticmethod
     def concat(parts: list) -> "RankerExamples":
-        """Examples of several engines (their candidate widths padded to the widest)."""
+        """Examples of several batches or engines in one (their candidate widths padded to the
+        widest), each question keeping its ``question_set``."""
         width = max(p.candidates.shape[1] for p in parts)
 
         def pad(t, value):
@@ -52,7 +62,27 @@ class RankerExamples:
                               torch.cat([pad(p.features, 0.0) for p in parts]),
                               torch.cat([pad(p.valid, False) for p in parts]),
                               torch.cat([pad(p.gold, False) for p in parts]),
-                              torch.cat([p.num_gold for p in parts]))
+                              torch.cat([p.num_gold for p in parts]),
+                              torch.cat([p.question_set for p in parts]))
+
+    @staticmethod
+    def of_sets(parts: list) -> "RankerExamples":
+        """:meth:`concat` of the examples of several question sets, part ``i`` as question set ``i``."""
+        return RankerExamples.concat([dataclasses.replace(p, question_set=torch.full((len(p),), i, dtype=torch.int64))
+                                      for i, p in enumerate(parts)])
+
+
+def set_weights(question_set: Tensor) -> Tensor:
+    """float32 ``[N]``: each question's weight in the loss when every question set weighs the same
+    whatever its size, ``N / (S * n_s)`` for a question of set ``s`` (``n_s`` questions, ``S`` sets
+    present): the weights average 1, and one set gives every question 1.
+
+    Example:
+        >>> set_weights(torch.tensor([0, 0, 0, 1]))
+        tensor([0.6667, 0.6667, 0.6667, 2.0000])
+    """
+    _, inverse, counts = torch.unique(question_set, return_inverse=True, return_counts=True)
+    return (len(question_set) / (len(counts) * counts.float()))[inverse]
 
 
 def gold_passage_ids(index, questions: list) -> list:
@@ -192,14 +222,18 @@ def fusion_order(examples: RankerExamples) -> Tensor:
 
 def train_ranker(examples: RankerExamples, *, hidden: int = TrainJobConfig.hidden, epochs: int = TrainJobConfig.epochs,
                  lr: float = TrainJobConfig.lr, weight_decay: float = TrainJobConfig.weight_decay,
-                 fusion_prior: bool = TrainJobConfig.fusion_prior, seed: int = 0, log=None, adapter=None):
+                 fusion_prior: bool = TrainJobConfig.fusion_prior, balance_sets: bool = TrainJobConfig.balance_sets,
+                 seed: int = 0, log=None, adapter=None):
     """:func:`hpengine.nn.fit_ranker` on ``examples``; ``fusion_prior``: the score starts from the
-    fusion's order (``rr_fusion`` as the ranker's prior; docs/methods/learned.md); ``adapter``: the
-    query adapter the examples' candidates were computed with (:func:`ranker_examples`), carried by
-    the ranker. The defaults are :class:`hpengine.config.TrainJobConfig`'s."""
+    fusion's order (``rr_fusion`` as the ranker's prior; docs/methods/learned.md); ``balance_sets``:
+    every question set (``examples.question_set``, :meth:`RankerExamples.of_sets`) weighs the same in
+    the loss (:func:`set_weights`); ``adapter``: the query adapter the examples' candidates were
+    computed with (:func:`ranker_examples`), carried by the ranker. The defaults are
+    :class:`hpengine.config.TrainJobConfig`'s."""
     model = fit_ranker(examples.features, examples.gold, examples.valid, hidden=hidden, epochs=epochs, lr=lr,
                        weight_decay=weight_decay, seed=seed, log=log,
-                       prior=FEATURES.index("rr_fusion") if fusion_prior else -1)
+                       prior=FEATURES.index("rr_fusion") if fusion_prior else -1,
+                       weight=set_weights(examples.question_set) if balance_sets else None)
     if adapter is not None:
         model.query_adapter = adapter.cpu().eval()
         for p in model.query_adapter.parameters():

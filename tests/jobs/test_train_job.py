@@ -243,6 +243,25 @@ def test_hpengine_train_without_the_fusion_prior_writes_a_ranker_without_one(sav
         assert model.prior == meta["prior"] == want and meta["fusion_prior"] is (word == "true")
 
 
+def test_every_question_file_weighs_the_same_unless_told_not_to(saved, tmp_path):
+    """Two files of 4 and of every built-in question: balanced, the small file's questions weigh
+    more, so the ranker differs from one trained with every question the same; the file records it."""
+    import torch
+
+    from hpengine.cli import main
+
+    files = [_first_questions(tmp_path, 4), str(builtin_questions_path())]
+    scores = {}
+    for word in ("true", "false"):
+        out = tmp_path / f"{word}.safetensors"
+        main(["train", saved[0], f"questions={files[0]}", saved[1], f"questions={files[1]}", f"out={out}",
+              "epochs=20", "hidden=0", "holdout=0", f"balance_sets={word}"])
+        model, meta = load_ranker(out)
+        assert meta["balance_sets"] is (word == "true")
+        scores[word] = model.linear.weight.detach().clone()
+    assert not torch.equal(scores["true"], scores["false"])
+
+
 def test_hpengine_train_refuses_a_device_this_machine_lacks(saved, tmp_path, capsys, monkeypatch):
     import torch
 

@@ -324,3 +324,44 @@ def test_a_ranker_file_without_a_prior_scores_from_its_weights_alone(examples, t
     save_file(load_file(str(path)), str(path), metadata={"hpengine": json.dumps(header)})
     with pytest.raises(ValueError, match="prior is not a feature column"):
         load_ranker(path)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_set_weights_in_the_loss_equal_repeating_the_smaller_sets(seed):
+    """Weighing every question set the same equals the plain loss over the sets' questions each
+    repeated up to a common count (the reference): sets of 2, 4 and 1 questions, some without gold."""
+    from hpengine.pipeline import set_weights
+
+    g = torch.Generator().manual_seed(seed)
+    sizes, c = (2, 4, 1), 6
+    source = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
+    scores = torch.randn(len(source), c, generator=g)
+    valid = torch.rand(len(source), c, generator=g) > 0.2
+    scores = scores.masked_fill(~valid, float("-inf"))
+    gold = (torch.rand(len(source), c, generator=g) > 0.6) & valid
+    gold[0] = False  # a question without gold adds nothing, weighted or not
+    weight = set_weights(source)
+    assert torch.allclose(torch.stack([weight[source == s].sum() for s in range(3)]), torch.full((3,), 7 / 3))
+    repeat = torch.tensor([4 // n for n in sizes])[source]  # 2, 1 and 4 copies: every set 4 questions
+    rows = torch.repeat_interleave(torch.arange(len(source)), repeat)
+    want = listwise_loss(scores[rows], gold[rows], valid[rows])
+    torch.testing.assert_close(listwise_loss(scores, gold, valid, weight), want)
+    torch.testing.assert_close(listwise_loss(scores, gold, valid, torch.ones(len(source))),
+                               listwise_loss(scores, gold, valid))
+
+
+def test_question_sets_travel_with_the_examples_and_one_set_trains_the_same_balanced_or_not(examples):
+    from hpengine.pipeline import RankerExamples
+
+    _, _, ex = examples
+    assert torch.equal(ex.question_set, torch.zeros(len(ex), dtype=torch.int64))
+    both = RankerExamples.of_sets([ex.subset([0, 1, 2]), ex.subset([3, 4])])
+    assert both.question_set.tolist() == [0, 0, 0, 1, 1]
+    assert both.subset([4, 0]).question_set.tolist() == [1, 0]
+    assert RankerExamples.concat([both, ex.subset([5])]).question_set.tolist() == [0, 0, 0, 1, 1, 0]
+    one = [train_ranker(ex, hidden=4, epochs=20, balance_sets=flag) for flag in (True, False)]
+    with torch.no_grad():
+        assert torch.equal(one[0](ex.features, ex.valid), one[1](ex.features, ex.valid))
+    two = [train_ranker(both, hidden=4, epochs=20, balance_sets=flag) for flag in (True, False)]
+    with torch.no_grad():
+        assert not torch.equal(two[0](both.features, both.valid), two[1](both.features, both.valid))
