@@ -107,3 +107,18 @@ def test_repeats_average_the_single_runs():
             assert "cv_runs" not in single[0][n] and "cv_vs_fusion" not in single[0][n]
             fused = recall_at(fusion_order(sets[n]), sets[n], 5)
             assert abs(both[n][f"{part}_vs_fusion"]["recall@5"][0] - (mean - fused)) < 1e-3
+
+
+def test_each_fit_sees_the_sets_it_trains_on_as_sets():
+    """k-fold fits train on every set, each left-out fit on the others, each set numbered apart
+    (``RankerExamples.of_sets``), so that ``balance_sets`` weighs them the same."""
+    sets = {"a": _examples(10, 1), "b": _examples(15, 2), "c": _examples(5, 3)}
+    seen = []
+
+    def recording(train, seed):
+        seen.append(sorted(torch.bincount(train.question_set).tolist()))
+        return _linear(train, seed)
+
+    learned_cv.cross_validate(sets, recording, folds=5, seed=0)
+    assert seen[:5] == [[4, 8, 12]] * 5  # 4/5 of each set in each fold
+    assert seen[5:] == [[5, 15], [5, 10], [10, 15]]  # without a, without b, without c

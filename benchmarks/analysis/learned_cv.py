@@ -158,7 +158,8 @@ def versus_fusion(orders: list, examples) -> dict:
 
 class GbdtRanker:
     """LightGBM's LambdaMART on the same features (``--gbdt``; needs ``pip install lightgbm``): a
-    reference for how much a stronger model than the engine's MLP gets out of them."""
+    reference for how much a stronger model than the engine's MLP gets out of them (every question
+    weighing the same, whatever ``--no-balance-sets`` says)."""
 
     def __init__(self, train, seed: int = 0):
         import lightgbm
@@ -181,7 +182,7 @@ class ListRanker(torch.nn.Module):
     (``d`` wide) over the first ``top`` candidates (the union's order, which holds every gold
     candidate of the dev sets within 60), scored by the engine's linear ranker (its standardised
     features and linear term) plus the layer's output. A reference for whether attention across the
-    candidates finds what per-candidate scoring misses."""
+    candidates finds what per-candidate scoring misses (every question weighing the same)."""
 
     def __init__(self, num_features: int, d: int = 32, heads: int = 4, top: int = 60):
         from hpengine.nn import CandidateRanker
@@ -378,7 +379,8 @@ def main(argv=None) -> None:
     p.add_argument("--no-fusion-prior", action="store_true", help="score from the features alone, not starting "
                    "from the fusion's order (TrainJobConfig.fusion_prior)")
     p.add_argument("--no-balance-sets", action="store_true", help="weigh every question the same in the loss, not "
-                   "every set (TrainJobConfig.balance_sets)")
+                   "every set (TrainJobConfig.balance_sets; the MLP's: --gbdt and --listformer always weigh every "
+                   "question the same)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=_at_least_one, default=1, help="run the folds and the left-out sets this many times "
                    "(fold splits and model seeds --seed, --seed + 1, ...): the mean, each run's R@5, and the "

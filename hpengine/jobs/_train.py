@@ -175,7 +175,7 @@ def _adapter_parts(engines: list, question_sets: list, splits: list, cfg: TrainJ
     from hpengine.pipeline import adapter_part
 
     return [adapter_part(e, [qs[r] for r in rows], batch_size=cfg.batch_size)
-            for e, qs, (rows, _) in zip(engines, question_sets, splits)]
+            for e, qs, (rows, _) in zip(engines, question_sets, splits) if rows]  # a file all held out adds none
 
 
 def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress=None) -> dict:

@@ -119,6 +119,9 @@ def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor, weight: Tensor | 
         >>> round(float(listwise_loss(s, torch.tensor([[True, False, False]]), torch.tensor([[True, True, False]]))), 4)
         0.1269
     """
+    if weight is not None and tuple(weight.shape) != (scores.shape[0],):
+        raise ValueError(f"listwise_loss needs one weight per question, [{scores.shape[0]}] (got "
+                         f"{list(weight.shape)})")
     gold = gold & valid
     count = gold.sum(1)
     has = count > 0
@@ -156,6 +159,8 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
         >>> bool((r(x, torch.ones(64, 6, dtype=torch.bool)).argmax(1) == x[..., 0].argmax(1)).float().mean() > 0.9)
         True
     """
+    if weight is not None and tuple(weight.shape) != (features.shape[0],):
+        raise ValueError(f"fit_ranker needs one weight per question, [{features.shape[0]}] (got {list(weight.shape)})")
     torch.manual_seed(seed)
     model = CandidateRanker(features.shape[-1], hidden, prior=prior)
     model.fit_scaling(features, valid)

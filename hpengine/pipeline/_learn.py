@@ -72,17 +72,27 @@ class RankerExamples:
                                       for i, p in enumerate(parts)])
 
 
-def set_weights(question_set: Tensor) -> Tensor:
+def set_weights(question_set: Tensor, counted: Tensor | None = None) -> Tensor:
     """float32 ``[N]``: each question's weight in the loss when every question set weighs the same
-    whatever its size, ``N / (S * n_s)`` for a question of set ``s`` (``n_s`` questions, ``S`` sets
-    present): the weights average 1, and one set gives every question 1.
+    whatever its size, ``N_c / (S * n_s)`` for a counted question of set ``s``: ``n_s`` is the set's
+    counted questions, ``S`` the sets with one, ``N_c`` all counted questions; so the weights of the
+    counted questions average 1, and one set gives each of them 1. ``counted``: bool ``[N]``, the
+    questions the loss counts (those with a gold candidate, as :func:`hpengine.nn.listwise_loss`
+    does; None: all); the others weigh 0, so a set's share does not shrink with its questions
+    whose gold passages no member found.
 
     Example:
         >>> set_weights(torch.tensor([0, 0, 0, 1]))
         tensor([0.6667, 0.6667, 0.6667, 2.0000])
+        >>> set_weights(torch.tensor([0, 0, 1, 1]), counted=torch.tensor([True, True, True, False]))
+        tensor([0.7500, 0.7500, 1.5000, 0.0000])
     """
-    _, inverse, counts = torch.unique(question_set, return_inverse=True, return_counts=True)
-    return (len(question_set) / (len(counts) * counts.float()))[inverse]
+    counted = torch.ones_like(question_set, dtype=torch.bool) if counted is None else counted.bool()
+    _, inverse = torch.unique(question_set, return_inverse=True)
+    counts = torch.bincount(inverse[counted], minlength=int(inverse.max()) + 1 if len(inverse) else 0).float()
+    sets = max(int((counts > 0).sum()), 1)
+    weight = float(counted.sum()) / (sets * counts.clamp_min(1.0))
+    return torch.where(counted, weight[inverse], torch.zeros(()))
 
 
 def gold_passage_ids(index, questions: list) -> list:
@@ -233,7 +243,8 @@ def train_ranker(examples: RankerExamples, *, hidden: int = TrainJobConfig.hidde
     model = fit_ranker(examples.features, examples.gold, examples.valid, hidden=hidden, epochs=epochs, lr=lr,
                        weight_decay=weight_decay, seed=seed, log=log,
                        prior=FEATURES.index("rr_fusion") if fusion_prior else -1,
-                       weight=set_weights(examples.question_set) if balance_sets else None)
+                       weight=set_weights(examples.question_set, (examples.gold & examples.valid).any(1))
+                       if balance_sets else None)
     if adapter is not None:
         model.query_adapter = adapter.cpu().eval()
         for p in model.query_adapter.parameters():

@@ -243,6 +243,26 @@ def test_hpengine_train_without_the_fusion_prior_writes_a_ranker_without_one(sav
         assert model.prior == meta["prior"] == want and meta["fusion_prior"] is (word == "true")
 
 
+def test_a_file_whose_questions_are_all_held_trains_an_adapter_on_the_others(saved, tmp_path):
+    """The second file's one question is in the held share: the adapter trains on the first file's
+    training questions alone, and the file's question is still scored."""
+    import json
+
+    from hpengine.eval import load_questions
+    from hpengine.jobs._train import _question_ranks, _split
+
+    q = str(builtin_questions_path())
+    places, distinct = _question_ranks([load_questions(q)], 0)
+    train_rows, held_rows = _split(places[0], distinct, 0.25)
+    held = held_rows[0]
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([json.loads(builtin_questions_path().read_text())[held]]))
+    report = run_train(TrainJobConfig(index=saved, questions=[q, str(one)], out=str(tmp_path / "r.safetensors"),
+                                      epochs=5, hidden=0, holdout=0.25, adapter_steps=5), progress=False)
+    assert report["adapter_steps"] == 5 and report["train_questions"] == len(train_rows)
+    assert report["held_questions"] == len(held_rows) + 1
+
+
 def test_every_question_file_weighs_the_same_unless_told_not_to(saved, tmp_path):
     """Two files of 4 and of every built-in question: balanced, the small file's questions weigh
     more, so the ranker differs from one trained with every question the same; the file records it."""
@@ -324,8 +344,11 @@ def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path
 
     fits, real = [], hpengine.pipeline.train_ranker
 
+    sets = []
+
     def recording(examples: RankerExamples, **kwargs):
         fits.append({tuple(row) for row in examples.candidates.tolist()})  # the questions it trains on
+        sets.append(set(examples.question_set.tolist()))
         return real(examples, **kwargs)
 
     ranked, real_rank = [], hpengine.pipeline.rank_candidates
@@ -347,6 +370,7 @@ def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path
     assert report["folds"] == 3 and report["cv_questions"] == n and report["train_questions"] == n
     assert "held_questions" not in report  # the folds replace the held share; the final ranker sees every question
     assert len(fits) == 4 and len(ranked) == 3  # three folds, then the final ranker
+    assert sets == [{0, 1}] * 4  # every fit weighs the two files (balance_sets)
     for fit, rows in ranked:
         assert not rows & fits[fit]  # no question (nor its copy in the other file) ranked by a ranker trained on it
     assert set().union(*(rows for _, rows in ranked)) == fits[-1]  # and every question is ranked

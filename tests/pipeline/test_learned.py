@@ -329,25 +329,32 @@ def test_a_ranker_file_without_a_prior_scores_from_its_weights_alone(examples, t
 @pytest.mark.parametrize("seed", range(3))
 def test_set_weights_in_the_loss_equal_repeating_the_smaller_sets(seed):
     """Weighing every question set the same equals the plain loss over the sets' questions each
-    repeated up to a common count (the reference): sets of 2, 4 and 1 questions, some without gold."""
+    repeated up to a common count (the reference): sets of 3, 4 and 1 questions, the first set's
+    first question without a gold candidate, so it counts 2 (a question the loss skips does not
+    shrink its set's share)."""
     from hpengine.pipeline import set_weights
 
     g = torch.Generator().manual_seed(seed)
-    sizes, c = (2, 4, 1), 6
+    sizes, c = (3, 4, 1), 6
     source = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
-    scores = torch.randn(len(source), c, generator=g)
     valid = torch.rand(len(source), c, generator=g) > 0.2
-    scores = scores.masked_fill(~valid, float("-inf"))
+    valid[:, 0] = True
+    scores = torch.randn(len(source), c, generator=g).masked_fill(~valid, float("-inf"))
     gold = (torch.rand(len(source), c, generator=g) > 0.6) & valid
-    gold[0] = False  # a question without gold adds nothing, weighted or not
-    weight = set_weights(source)
-    assert torch.allclose(torch.stack([weight[source == s].sum() for s in range(3)]), torch.full((3,), 7 / 3))
-    repeat = torch.tensor([4 // n for n in sizes])[source]  # 2, 1 and 4 copies: every set 4 questions
+    gold[:, 0] = True  # every question has a gold candidate ...
+    gold[0] = False  # ... but the first
+    counted = gold.any(1)
+    weight = set_weights(source, counted)
+    assert weight[0] == 0 and torch.allclose(torch.stack([weight[source == s].sum() for s in range(3)]),
+                                             torch.full((3,), 7 / 3))
+    repeat = torch.tensor([2, 1, 4])[source]  # 2 counted x 2, 4 x 1, 1 x 4: every set 4 counted questions
     rows = torch.repeat_interleave(torch.arange(len(source)), repeat)
     want = listwise_loss(scores[rows], gold[rows], valid[rows])
     torch.testing.assert_close(listwise_loss(scores, gold, valid, weight), want)
     torch.testing.assert_close(listwise_loss(scores, gold, valid, torch.ones(len(source))),
                                listwise_loss(scores, gold, valid))
+    with pytest.raises(ValueError, match=r"one weight per question, \[8\] \(got \[3\]\)"):
+        listwise_loss(scores, gold, valid, torch.ones(3))
 
 
 def test_question_sets_travel_with_the_examples_and_one_set_trains_the_same_balanced_or_not(examples):
