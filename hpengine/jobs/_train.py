@@ -130,8 +130,9 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     if cfg.adapter_steps:  # on the training questions only: the held-out ones stay unseen
         adapter = train_adapter(_adapter_parts(engines, question_sets, splits, cfg), steps=cfg.adapter_steps,
                                 seed=cfg.seed, log=_say("adapter step") if progress else None)
-    train_parts, held_parts = [], []
-    for path, engine, qs, (train_rows, held_rows) in zip(cfg.index, engines, question_sets, splits):
+    train_parts, held_parts, held_files = [], [], []
+    files = [f"{path} questions={name}" for path, name in zip(cfg.index, names)]
+    for path, engine, qs, (train_rows, held_rows), file in zip(cfg.index, engines, question_sets, splits, files):
         say = (lambda done, total, p=path: print(f"\r{p}: candidates of {done}/{total} questions", end="",
                                                  file=sys.stderr)) if progress else None
         examples = ranker_examples(engine, qs, batch_size=cfg.batch_size, adapter=adapter, progress=say)
@@ -140,13 +141,14 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
         train_parts.append(examples.subset(train_rows))
         if held_rows:
             held_parts.append(examples.subset(held_rows))
+            held_files.append(file)
     train = RankerExamples.of_sets(train_parts)
     fit = dict(hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
                fusion_prior=cfg.fusion_prior, balance_sets=cfg.balance_sets, seed=cfg.seed)
     say_fold = (lambda f, n: print(f"fold {f + 1}/{cfg.folds}: trained on {n} questions", file=sys.stderr)) \
         if progress else None
-    folded = _cross_validated(train_parts, [p % cfg.folds for ps in places for p in ps], cfg.folds, fit, say_fold) \
-        if cfg.folds else {}
+    folded = _cross_validated(train_parts, [p % cfg.folds for ps in places for p in ps], cfg.folds, fit, say_fold,
+                              files) if cfg.folds else {}
     losses = []
     say_epoch = _say("epoch") if progress else (lambda epoch, loss: None)
     model = train_ranker(train, **fit, log=lambda epoch, loss: (losses.append(loss), say_epoch(epoch, loss)),
@@ -154,8 +156,11 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0],
               "adapter_steps": cfg.adapter_steps if adapter is not None else 0, "warnings": warnings, **folded}
     if held_parts:
-        held = RankerExamples.concat(held_parts)
-        report.update(_versus_fusion(rank_candidates(model, held), held, "held"))
+        held = RankerExamples.of_sets(held_parts)
+        order = rank_candidates(model, held)
+        report.update(_versus_fusion(order, held, "held"))
+        if len(held_parts) > 1:
+            report["held_per_file"] = _per_file(order, held, held_files)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k in ("hidden", "epochs", "lr", "weight_decay",
                                                                          "fusion_prior", "balance_sets",
                                                                          "holdout", "seed",
@@ -178,12 +183,13 @@ def _adapter_parts(engines: list, question_sets: list, splits: list, cfg: TrainJ
             for e, qs, (rows, _) in zip(engines, question_sets, splits) if rows]  # a file all held out adds none
 
 
-def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress=None) -> dict:
+def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress=None, files=None) -> dict:
     """Each question (the rows of ``parts``, in order) ranked by a ranker trained on the folds
     other than its ``fold_of``, then the R@2 / R@5 of those orders beside the fusion's and the R@5
     difference with its 95% interval over the questions with a gold passage in their index: what a
     ranker trained on these questions does on questions it has not seen, with every question used.
-    ``progress``: ``(fold, questions trained on) -> None`` after each fold."""
+    ``progress``: ``(fold, questions trained on) -> None`` after each fold; ``files``: the parts'
+    names, for the same numbers per file (``cv_per_file``) when there are several."""
     import torch
 
     from hpengine.pipeline import RankerExamples, rank_candidates, train_ranker
@@ -197,21 +203,40 @@ def _cross_validated(parts: list, fold_of: list, folds: int, fit: dict, progress
         order[held] = rank_candidates(model, every.subset(held))
         if progress is not None:
             progress(f, len(rest))
-    return {"folds": folds, **_versus_fusion(order, every, "cv")}
+    out = {"folds": folds, **_versus_fusion(order, every, "cv")}
+    if files is not None and len(parts) > 1:
+        out["cv_per_file"] = _per_file(order, every, files)
+    return out
 
 
 def _versus_fusion(order, examples, prefix: str) -> dict:
     """``{prefix}_questions`` and ``_scored`` (those with a gold passage in their index), the R@2 /
     R@5 of ``order`` ``[N, C]`` and of the fusion's order on the same candidates, and the R@5
     difference with its 95% interval (:func:`~hpengine.pipeline.paired_difference`)."""
+    return {f"{prefix}_{key}": value for key, value in _recalls(order, examples).items()}
+
+
+def _recalls(order, examples) -> dict:
+    """What :func:`_versus_fusion` reports, its keys without the prefix."""
     from hpengine.pipeline import fusion_order, paired_difference, recall_at, recall_per_question
 
     base = fusion_order(examples)
     gain = paired_difference(recall_per_question(order, examples, 5), recall_per_question(base, examples, 5))
-    return {f"{prefix}_questions": len(examples), f"{prefix}_scored": int((examples.num_gold > 0).sum()),
-            **{f"{prefix}_recall@{k}": round(recall_at(order, examples, k), 4) for k in (2, 5)},
-            **{f"{prefix}_fusion_recall@{k}": round(recall_at(base, examples, k), 4) for k in (2, 5)},
-            f"{prefix}_gain@5": [round(v, 4) for v in gain]}
+    return {"questions": len(examples), "scored": int((examples.num_gold > 0).sum()),
+            **{f"recall@{k}": round(recall_at(order, examples, k), 4) for k in (2, 5)},
+            **{f"fusion_recall@{k}": round(recall_at(base, examples, k), 4) for k in (2, 5)},
+            "gain@5": [round(v, 4) for v in gain]}
+
+
+def _per_file(order, examples, files: list) -> list:
+    """:func:`_recalls` of each question file's questions (``examples.question_set`` ``i`` is
+    ``files[i]``), with its ``file``: a small file's numbers are not hidden in the pooled ones."""
+    out = []
+    for i, file in enumerate(files):
+        rows = (examples.question_set == i).nonzero()[:, 0]
+        if len(rows):
+            out.append({"file": file, **_recalls(order[rows], examples.subset(rows))})
+    return out
 
 
 def _write(model, out: str, meta: dict) -> None:
@@ -237,7 +262,7 @@ def format_train_report(report: dict, out: str) -> str:
                      f"{report['cv_recall@2']:.3f} / R@5 {report['cv_recall@5']:.3f} (the fusion on the same "
                      f"candidates: {report['cv_fusion_recall@2']:.3f} / {report['cv_fusion_recall@5']:.3f})")
         lines.append(_gain_line(report["cv_scored"], report["cv_gain@5"], "questions"))
-        return "\n".join(lines)
+        return "\n".join(lines + _per_file_lines(report.get("cv_per_file", [])))
     held = report.get("held_questions", 0)
     if not held:
         lines.append("  no question held out (holdout=0, or too few questions for its share): nothing validated")
@@ -247,19 +272,29 @@ def format_train_report(report: dict, out: str) -> str:
                  f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
     lines.append(_gain_line(report.get("held_scored", held), report.get("held_gain@5", [float("nan")] * 3),
                             "held questions"))
-    return "\n".join(lines)
+    return "\n".join(lines + _per_file_lines(report.get("held_per_file", [])))
+
+
+def _per_file_lines(rows: list) -> list:
+    """One line per question file of a run over several (:func:`_per_file`)."""
+    return [f"    {r['file']}: {r['questions']} questions, R@2 {r['recall@2']:.3f} / R@5 {r['recall@5']:.3f} (the "
+            f"fusion: {r['fusion_recall@2']:.3f} / {r['fusion_recall@5']:.3f}); R@5 less the fusion's: "
+            + _gain_text(r["scored"], r["gain@5"], "questions") for r in rows]
 
 
 def _gain_line(n: int, gain: list, what: str) -> str:
     """The R@5 difference to the fusion over the ``n`` questions with a gold passage in their
     index, with its 95% interval where they are enough to give one (docs/methods/learned.md)."""
+    return "  R@5 less the fusion's: " + _gain_text(n, gain, what)
+
+
+def _gain_text(n: int, gain: list, what: str) -> str:
+    """What :func:`_gain_line` says after its label."""
     if not math.isfinite(gain[0]):
-        return f"  R@5 less the fusion's: none of the {what} has a gold passage in its index to compare on"
+        return f"none of the {what} has a gold passage in its index to compare on"
     if n < MIN_HELD_FOR_INTERVAL:  # a bootstrap over a handful of questions looks surer than it is
-        return (f"  R@5 less the fusion's: {100 * gain[0]:+.1f} points; {n} {what} are too few for an interval "
-                f"(it needs {MIN_HELD_FOR_INTERVAL})")
-    return "  R@5 less the fusion's: {:+.1f} points, 95% interval {:+.1f} to {:+.1f} over the {}".format(
-        *(100 * v for v in gain), what)
+        return f"{100 * gain[0]:+.1f} points; {n} {what} are too few for an interval (it needs {MIN_HELD_FOR_INTERVAL})"
+    return "{:+.1f} points, 95% interval {:+.1f} to {:+.1f} over the {}".format(*(100 * v for v in gain), what)
 
 
 def check_one_validation(given: dict) -> None:

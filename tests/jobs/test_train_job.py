@@ -58,6 +58,13 @@ def test_train_writes_a_ranker_with_its_held_out_numbers(saved, tmp_path):
     assert abs(mean - (report["held_recall@5"] - report["held_fusion_recall@5"])) < 1e-3 and low <= mean <= high
     # six held questions: the difference, and no interval that would look surer than they allow
     assert f"R@5 less the fusion's: {100 * mean:+.1f} points; 6 held questions are too few for an interval" in text
+    files = report["held_per_file"]  # two files: each one's numbers too, which pool to the whole
+    assert [f["file"] for f in files] == [f"{saved[0]} questions={q}", f"{saved[1]} questions={q}"]
+    assert [f["questions"] for f in files] == [3, 3]
+    for key in ("recall@5", "fusion_recall@5"):
+        pooled = sum(f[key] * f["scored"] for f in files) / sum(f["scored"] for f in files)
+        assert abs(pooled - report[f"held_{key}"]) < 1e-3
+    assert all(f"    {f['file']}: 3 questions, R@2 {f['recall@2']:.3f}" in text for f in files)
     assert "95% interval" not in text
     many = {**report, "held_questions": MIN_HELD_FOR_INTERVAL, "held_scored": MIN_HELD_FOR_INTERVAL}
     line = f"R@5 less the fusion's: {100 * mean:+.1f} points, 95% interval {100 * low:+.1f} to {100 * high:+.1f}"
@@ -380,6 +387,11 @@ def test_folds_rank_every_question_by_a_ranker_that_never_saw_it(saved, tmp_path
     assert f"3-fold cross-validated over {n} questions" in text and "95% interval" in text
     meta = load_ranker(out)[1]
     assert meta["folds"] == 3 and meta["holdout"] == 0.0 and torch.isfinite(torch.tensor(report["loss"]))
+    files = report["cv_per_file"]
+    assert [f["questions"] for f in files] == [12, n - 12] and f"{saved[1]} questions={q2}: {n - 12} questions" in text
+    for key in ("recall@2", "recall@5"):
+        pooled = sum(f[key] * f["scored"] for f in files) / sum(f["scored"] for f in files)
+        assert abs(pooled - report[f"cv_{key}"]) < 1e-3
 
 
 def test_holdout_and_folds_together_are_refused(saved, tmp_path):
@@ -411,3 +423,4 @@ def test_hpengine_train_with_folds_says_each_fold(saved, tmp_path, capsys):
     for f in (1, 2, 3):
         assert f"fold {f}/3: trained on 8 questions" in captured.err  # 12 questions, a third held each time
     assert "3-fold cross-validated over 12 questions" in captured.out
+    assert f"{saved[0]} questions=" not in captured.out  # one file: no per-file lines
