@@ -340,8 +340,18 @@ def check_overrides(command: str, overrides: list) -> None:
         why = refusal(command, key)
         if why is not None:
             raise UserError(f"{command} does not take {key}=: {why} (got {arg!r})")
+        owners = _methods_with(command, key, set(methods) - set(picked)) if method is not None else []
+        if owners:
+            raise UserError(f"{key}= is a setting of {' and '.join(f'retriever={o}' for o in owners)}, not of "
+                            f"retriever={method}, which would ignore it; add retriever={owners[0]} (got {arg!r})")
         raise UserError(f"unknown key {key!r} for hpengine {command}{closest(key, valid)}; hpengine {command} "
                         f"--help lists its keys (got {arg!r})")
+
+
+def _methods_with(command: str, key: str, methods) -> list:
+    """The methods among ``methods`` that take ``key`` on ``command``: an engine key given without
+    the ``retriever=`` it belongs to (``engine.ranker`` without ``retriever=learned``)."""
+    return sorted(m for m in methods if key in {k.name for k in command_keys(command, m)})
 
 
 def escape_interpolation(arg: str) -> str:

@@ -156,7 +156,7 @@ class TrainJobConfig:
     #: ranker learning what to change (docs/methods/learned.md); false: from the features alone.
     fusion_prior: bool = True
     #: Every question file weighs the same in the loss, whatever its number of questions (false:
-    #: every question the same); one file trains the same either way.
+    #: every question the same); one file, or files of one size, train the same either way.
     balance_sets: bool = True
     #: Share of the questions held out for validation (0: train on all).
     holdout: float = 0.2

@@ -154,6 +154,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     model = train_ranker(train, **fit, log=lambda epoch, loss: (losses.append(loss), say_epoch(epoch, loss)),
                          adapter=adapter)
     report = {"encoder": encoder, "train_questions": len(train), "loss": losses[-1], "first_loss": losses[0],
+              "balanced_files": len(train_parts) if cfg.balance_sets and len(train_parts) > 1 else 0,
               "adapter_steps": cfg.adapter_steps if adapter is not None else 0, "warnings": warnings, **folded}
     if held_parts:
         held = RankerExamples.of_sets(held_parts)
@@ -256,7 +257,9 @@ def format_train_report(report: dict, out: str) -> str:
     lines = [f"ranker written to {out} (encoder {report['encoder']})",
              f"  trained on {report['train_questions']} questions: loss {report['first_loss']:.4f} -> "
              f"{report['loss']:.4f}" + (f", with a query adapter ({report['adapter_steps']} steps)"
-                                         if report.get("adapter_steps") else "")]
+                                         if report.get("adapter_steps") else "")
+             + (f", each of the {report['balanced_files']} question files weighing the same"
+                if report.get("balanced_files") else "")]
     if report.get("folds"):
         lines.append(f"  {report['folds']}-fold cross-validated over {report['cv_questions']} questions: R@2 "
                      f"{report['cv_recall@2']:.3f} / R@5 {report['cv_recall@5']:.3f} (the fusion on the same "
@@ -267,7 +270,10 @@ def format_train_report(report: dict, out: str) -> str:
     if not held:
         lines.append("  no question held out (holdout=0, or too few questions for its share): nothing validated")
         return "\n".join(lines)
-    lines.append(f"  held out {held} question{'s' if held != 1 else ''}: R@2 {report['held_recall@2']:.3f} / R@5 "
+    scored = report.get("held_scored", held)
+    lines.append(f"  held out {held} question{'s' if held != 1 else ''}"
+                 + (f" ({scored} with a gold passage in the index, which the recalls are over)" if scored < held else "")
+                 + f": R@2 {report['held_recall@2']:.3f} / R@5 "
                  f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
                  f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
     lines.append(_gain_line(report.get("held_scored", held), report.get("held_gain@5", [float("nan")] * 3),

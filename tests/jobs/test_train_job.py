@@ -106,6 +106,8 @@ def test_questions_without_their_gold_passages_in_the_index_are_named(saved, tmp
                                       epochs=5, hidden=0), progress=False)
     assert report["warnings"] == [f"1 of {len(rows)} questions of {str(mixed)!r} have gold passages that are not in "
                                   f"index {saved[0]!r}: they train as if those passages were never found"]
+    text = format_train_report({**report, "held_questions": 4, "held_scored": 3}, "r.safetensors")
+    assert "held out 4 questions (3 with a gold passage in the index, which the recalls are over)" in text
 
 
 OUT_CASES = {  # where out= points: the message that refuses it
@@ -270,7 +272,7 @@ def test_a_file_whose_questions_are_all_held_trains_an_adapter_on_the_others(sav
     assert report["held_questions"] == len(held_rows) + 1
 
 
-def test_every_question_file_weighs_the_same_unless_told_not_to(saved, tmp_path):
+def test_every_question_file_weighs_the_same_unless_told_not_to(saved, tmp_path, capsys):
     """Two files of 4 and of every built-in question: balanced, the small file's questions weigh
     more, so the ranker differs from one trained with every question the same; the file records it."""
     import torch
@@ -285,6 +287,8 @@ def test_every_question_file_weighs_the_same_unless_told_not_to(saved, tmp_path)
               "epochs=20", "hidden=0", "holdout=0", f"balance_sets={word}"])
         model, meta = load_ranker(out)
         assert meta["balance_sets"] is (word == "true")
+        said = "each of the 2 question files weighing the same" in capsys.readouterr().out
+        assert said is (word == "true")  # the report says so
         scores[word] = model.linear.weight.detach().clone()
     assert not torch.equal(scores["true"], scores["false"])
 

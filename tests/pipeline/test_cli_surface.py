@@ -148,6 +148,11 @@ def test_an_unknown_key_names_the_closest_in_one_line(capsys, tmp_path, monkeypa
     (["update", "IDX", "corpus=c.json", "encoder.query_prompt=q"], "encoder.query_prompt= would be ignored"),
     (["eval", "IDX", "questions=q.json", "retriever=dense", "retrieval.top_k=3"], "retriever=dense does not run"),
     (["demo", "retriever=ppr,grag", "retrieval.alpha=0.5"], "retriever=ppr does not run"),
+    (["eval", "IDX", "questions=q.json", "engine.ranker=r.safetensors"],
+     "engine.ranker= is a setting of retriever=learned, not of retriever=hyperprove, which would ignore it; add "
+     "retriever=learned"),
+    (["eval", "IDX", "questions=q.json", "retriever=fusion", "engine.ranker=r.safetensors"],
+     "not of retriever=fusion"),
     (["ask", "IDX", "Who?", "model.batch_size=4"], "model.batch_size= is read only with an LLM"),
     (["demo", "extractor.llm_batch_size=4"], "is read only with the LLM extractor"),
     (["index", "IDX", "corpus=c.json", "grag.triples=llm"], "is read only with grag.build=true"),
