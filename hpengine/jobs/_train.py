@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import sys
 
@@ -32,6 +33,13 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
                         f"{count} question files)")
     if not cfg.out:
         raise UserError("train needs out=FILE, the ranker file to write (got no out=)")
+    if given is None:
+        seen = set()
+        for path, questions in zip(cfg.index, cfg.questions):
+            pair = (os.path.realpath(path), os.path.realpath(questions))
+            if pair in seen:  # its questions would count twice, under two identical report lines
+                raise UserError(f"index {path!r} with questions={questions!r} is given twice; give each pair once")
+            seen.add(pair)
     check_output_file(cfg.out, "out", example="ranker.safetensors")
     check_outputs_apart({"out": cfg.out}, {f"questions[{i}]": q for i, q in enumerate(cfg.questions)})
     encoders = {}

@@ -155,6 +155,21 @@ def test_a_split_with_too_few_questions_is_refused_before_any_model_loads(saved,
     assert not (tmp_path / "r.safetensors").exists()
 
 
+def test_the_same_index_and_question_file_twice_is_refused_before_any_model_loads(saved, tmp_path, monkeypatch):
+    from hpengine.cli import main
+
+    _refuse_models(monkeypatch)
+    q = str(builtin_questions_path())
+    with pytest.raises(UserError, match=f"index {re.escape(repr(saved[0] + '/'))} with questions=.* is given twice; "
+                                        f"give each pair once"):  # the same folder, however it is spelled
+        run_train(TrainJobConfig(index=[saved[0], saved[1], saved[0] + "/"], questions=[q, q, q],
+                                 out=str(tmp_path / "r.safetensors")), progress=False)
+    assert not (tmp_path / "r.safetensors").exists()
+    with pytest.raises(SystemExit) as exc:  # the command line says it in one line too
+        main(["train", saved[0], f"questions={q}", saved[0], f"questions={q}", f"out={tmp_path / 'r.safetensors'}"])
+    assert exc.value.code == 2
+
+
 def test_a_ranker_that_cannot_be_written_is_one_line(saved, tmp_path, monkeypatch):
     def full(*args):
         raise OSError(28, "No space left on device")
