@@ -148,8 +148,8 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
             (:func:`hpengine.pipeline.train_ranker`, ``hpengine train``) pairs the fusion's order as
             the prior with ``weight_decay=0.03``; this generic default (1e-4, no prior) is the plain
             model's.
-        weight: float ``[N]``, each question's weight in the loss (:func:`listwise_loss`; None: the
-            same for all).
+        weight: float ``[N]``, each question's weight in the loss (:func:`listwise_loss`, which
+            refuses any other shape; None: the same for all).
         log: ``(epoch, loss) -> None`` called every 50 epochs and at the end (progress).
 
     Example:
@@ -159,8 +159,6 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
         >>> bool((r(x, torch.ones(64, 6, dtype=torch.bool)).argmax(1) == x[..., 0].argmax(1)).float().mean() > 0.9)
         True
     """
-    if weight is not None and tuple(weight.shape) != (features.shape[0],):
-        raise ValueError(f"fit_ranker needs one weight per question, [{features.shape[0]}] (got {list(weight.shape)})")
     torch.manual_seed(seed)
     model = CandidateRanker(features.shape[-1], hidden, prior=prior)
     model.fit_scaling(features, valid)

@@ -88,8 +88,8 @@ def set_weights(question_set: Tensor, counted: Tensor | None = None) -> Tensor:
         tensor([0.7500, 0.7500, 1.5000, 0.0000])
     """
     counted = torch.ones_like(question_set, dtype=torch.bool) if counted is None else counted.bool()
-    _, inverse = torch.unique(question_set, return_inverse=True)
-    counts = torch.bincount(inverse[counted], minlength=int(inverse.max()) + 1 if len(inverse) else 0).float()
+    ids, inverse = torch.unique(question_set, return_inverse=True)
+    counts = torch.bincount(inverse[counted], minlength=len(ids)).float()
     sets = max(int((counts > 0).sum()), 1)
     weight = float(counted.sum()) / (sets * counts.clamp_min(1.0))
     return torch.where(counted, weight[inverse], torch.zeros(()))
