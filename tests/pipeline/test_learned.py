@@ -67,8 +67,8 @@ def _links(index, lookups, anchor: int) -> set:
 
 
 def test_structure_features_equal_a_per_candidate_reference(builtin_index):
-    """fact_cosine, cosine_to_first, links_to_first, linked_from_next: loops over one candidate
-    at a time against the batched tensors."""
+    """fact_cosine, cosine_to_first, links_to_first, linked_from_tied_next: loops over one
+    candidate at a time against the batched tensors."""
     index, encoder, questions = builtin_index
     engine = Engine(index, encoder, retriever="learned")
     texts = [q.question for q in questions]
@@ -78,13 +78,16 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index):
     col = {name: FEATURES.index(name) for name in FEATURES}
     fact_passage = index.fact_passage.tolist()
     first = feats[..., col["rr_fusion"]] == 1.0  # the fused first passage has rank 0
-    checked = 0
+    checked = tied_seen = 0
     for i in range(len(texts)):
         top = cand[i][first[i]].tolist()
         assert len(top) == 1
         ordered = sorted(((float(r), int(c)) for r, c, v in zip(feats[i, :, col["rr_fusion"]], cand[i], valid[i])
                           if v and r > 0), reverse=True)
-        nxt = [c for _, c in ordered[1:3]]
+        named = {int(c) for c, v, n in zip(cand[i], valid[i], feats[i, :, col["named"]]) if v and n > 0}
+        nxt = [a for _, a in ordered[1:3]  # tied to the question: named, or linked with the first either way
+               if a in named or a in _links(index, lk, top[0]) or top[0] in _links(index, lk, a)]
+        tied_seen += bool(nxt)
         for j in range(int(valid[i].sum())):
             p = int(cand[i, j])
             sims = [float(index.fact_emb[f] @ emb[i]) for f, owner in enumerate(fact_passage) if owner == p]
@@ -92,10 +95,10 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index):
             cos_first = float(index.passage_emb[p] @ index.passage_emb[top[0]])
             assert feats[i, j, col["cosine_to_first"]].item() == pytest.approx(cos_first, abs=1e-5)
             assert bool(feats[i, j, col["links_to_first"]]) == (top[0] in _links(index, lk, p))
-            assert bool(feats[i, j, col["linked_from_next"]]) == (
+            assert bool(feats[i, j, col["linked_from_tied_next"]]) == (
                 p not in nxt and any(p in _links(index, lk, a) for a in nxt))  # an anchor is not its own link
             checked += 1
-    assert checked > len(texts)
+    assert checked > len(texts) and tied_seen > 0
 
 
 def test_training_lowers_the_loss_and_the_ranking_equals_a_per_question_sort(examples):

@@ -11,7 +11,8 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
 - its cosine to the question, and that cosine less the best candidate's;
 - whether the question names its title (the fusion's named anchors), whether the fused first
   passage links to it (the home of an entity a fact of it names), whether the fused second or third
-  does, and whether it links back to the fused first passage;
+  does where that one is tied to the question (named by it, or linked with the first either way),
+  and whether it links back to the fused first passage;
 - the best cosine of one of its facts to the question, and that less the best candidate's;
 - its cosine to the fused first passage (the bridge of a two-hop question resembles its first hop);
 - the share of the question's idf it holds and the fused first passage does not, and the share the
@@ -46,7 +47,7 @@ MENTION_ANCHORS = 5
 MENTIONS = ("mentioned_by_first", "mentions_first", "mentioned_by_next")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
-            "linked_from_first", "rrf_union", "linked_from_next", "links_to_first", "fact_cosine",
+            "linked_from_first", "rrf_union", "linked_from_tied_next", "links_to_first", "fact_cosine",
             "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES),
             *MENTIONS)
 
@@ -207,8 +208,9 @@ class LearnedRetriever(FusionRetriever):
         named = self._named(candidates, questions).float() if candidates.shape[1] else cos * 0
         linked = self._linked_from(first, candidates).float()
         rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
-        linked_next = self._linked_from(lists[:, -1, 1:3], candidates).float()
         back = self._links_to(candidates, first).float()
+        linked_next = self._linked_from(self._tied_next(candidates, lists[:, -1, 1:3], named + linked + back),
+                                        candidates).float()
         fact_cos = self._fact_cosines(question_emb, candidates, valid)
         fact_gap = less_best(fact_cos, valid)
         extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
@@ -216,6 +218,23 @@ class LearnedRetriever(FusionRetriever):
         mentions = self._mentions(candidates, lists[:, -1, :3])  # [Q, C, 3]
         features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, less_best(words, valid), mentions], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
+
+    @staticmethod
+    def _tied_next(candidates: Tensor, nxt: Tensor, ties: Tensor) -> Tensor:
+        """int64 ``[Q, 2]``: the fused second and third passages ``nxt`` that are tied to their
+        question (``ties`` float ``[Q, C]`` of their candidate is above 0: the question names it, the
+        fused first passage links to it, or it links to the first), ``-1`` for the others. A link
+        from an untied one, a near miss of the question's chain, leads off it more often than on
+        (docs/methods/learned.md).
+
+        Example:
+            >>> LearnedRetriever._tied_next(torch.tensor([[4, 7, 9]]), torch.tensor([[7, 9]]),
+            ...                             torch.tensor([[0.0, 1.0, 0.0]])).tolist()
+            [[7, -1]]
+        """
+        hit = (candidates[:, None, :] == nxt[..., None]) & (nxt[..., None] >= 0)  # [Q, 2, C]
+        tied = (hit & (ties > 0)[:, None, :]).any(-1)
+        return torch.where(tied, nxt, torch.full_like(nxt, -1))
 
     def _passage_cosines(self, question_emb: Tensor, candidates: Tensor, first: Tensor,
                          valid: Tensor) -> tuple[Tensor, Tensor]:
