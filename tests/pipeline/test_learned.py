@@ -66,11 +66,15 @@ def _links(index, lookups, anchor: int) -> set:
     return out - {anchor}
 
 
-def test_structure_features_equal_a_per_candidate_reference(builtin_index):
+# The fusion without anchors orders the built-in corpus so that a next passage is tied only by
+# linking to the first: each of the three ties is then exercised.
+@pytest.mark.parametrize("config, back_only", [(LearnedConfig(), False),
+                                               (LearnedConfig(named_anchors=0, link_anchors=0), True)])
+def test_structure_features_equal_a_per_candidate_reference(builtin_index, config, back_only):
     """fact_cosine, cosine_to_first, links_to_first, linked_from_tied_next: loops over one
     candidate at a time against the batched tensors."""
     index, encoder, questions = builtin_index
-    engine = Engine(index, encoder, retriever="learned")
+    engine = Engine(index, encoder, config=config)
     texts = [q.question for q in questions]
     emb = engine.steps.encode(texts)
     retriever, lk = engine.retriever, engine.steps.lookups
@@ -78,16 +82,18 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index):
     col = {name: FEATURES.index(name) for name in FEATURES}
     fact_passage = index.fact_passage.tolist()
     first = feats[..., col["rr_fusion"]] == 1.0  # the fused first passage has rank 0
-    checked = tied_seen = 0
+    checked = tied_seen = back_seen = 0
     for i in range(len(texts)):
         top = cand[i][first[i]].tolist()
         assert len(top) == 1
         ordered = sorted(((float(r), int(c)) for r, c, v in zip(feats[i, :, col["rr_fusion"]], cand[i], valid[i])
                           if v and r > 0), reverse=True)
         named = {int(c) for c, v, n in zip(cand[i], valid[i], feats[i, :, col["named"]]) if v and n > 0}
-        nxt = [a for _, a in ordered[1:3]  # tied to the question: named, or linked with the first either way
-               if a in named or a in _links(index, lk, top[0]) or top[0] in _links(index, lk, a)]
+        ties = {a: (a in named, a in _links(index, lk, top[0]), top[0] in _links(index, lk, a))
+                for _, a in ordered[1:3]}  # tied to the question: named, or linked with the first either way
+        nxt = [a for a, tie in ties.items() if any(tie)]
         tied_seen += bool(nxt)
+        back_seen += any(tie == (False, False, True) for tie in ties.values())
         for j in range(int(valid[i].sum())):
             p = int(cand[i, j])
             sims = [float(index.fact_emb[f] @ emb[i]) for f, owner in enumerate(fact_passage) if owner == p]
@@ -98,7 +104,7 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index):
             assert bool(feats[i, j, col["linked_from_tied_next"]]) == (
                 p not in nxt and any(p in _links(index, lk, a) for a in nxt))  # an anchor is not its own link
             checked += 1
-    assert checked > len(texts) and tied_seen > 0
+    assert checked > len(texts) and tied_seen > 0 and (back_seen > 0) >= back_only
 
 
 def test_training_lowers_the_loss_and_the_ranking_equals_a_per_question_sort(examples):

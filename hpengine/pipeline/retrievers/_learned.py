@@ -221,11 +221,11 @@ class LearnedRetriever(FusionRetriever):
 
     @staticmethod
     def _tied_next(candidates: Tensor, nxt: Tensor, ties: Tensor) -> Tensor:
-        """int64 ``[Q, 2]``: the fused second and third passages ``nxt`` that are tied to their
-        question (``ties`` float ``[Q, C]`` of their candidate is above 0: the question names it, the
-        fused first passage links to it, or it links to the first), ``-1`` for the others. A link
-        from an untied one, a near miss of the question's chain, leads off it more often than on
-        (docs/methods/learned.md).
+        """int64 ``[Q, <=2]``: the fused second and third passages ``nxt`` (``[Q, <=2]``, ``-1``
+        padded) that are tied to their question (``ties`` float ``[Q, C]`` of their candidate is
+        above 0: the question names it, the fused first passage links to it, or it links to the
+        first), ``-1`` for the others. Only a tied one's links count: an untied one is often a near
+        miss of the question's chain, whose links lead off it (docs/methods/learned.md).
 
         Example:
             >>> LearnedRetriever._tied_next(torch.tensor([[4, 7, 9]]), torch.tensor([[7, 9]]),
