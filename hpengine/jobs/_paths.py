@@ -116,7 +116,7 @@ def _index_holding(path: str) -> Path | None:
     return None
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
     """``a`` and ``b`` name one file (through links, relative paths, ``..``), existing or not."""
     if os.path.realpath(a) == os.path.realpath(b):
         return True
@@ -145,7 +145,7 @@ def check_outputs_apart(outputs: dict, inputs: dict, index_dir: str = "") -> Non
     outputs = {k: v for k, v in outputs.items() if v}
     for key, path in outputs.items():
         for other, src in inputs.items():
-            if src and _same_file(path, src):
+            if src and same_file(path, src):
                 raise UserError(f"{key}={path!r} is the {other} file {src!r}; writing it would destroy that input "
                                 f"(name another file)")
         if index_dir and _inside(path, index_dir):
@@ -154,5 +154,5 @@ def check_outputs_apart(outputs: dict, inputs: dict, index_dir: str = "") -> Non
     names = list(outputs)
     for i, key in enumerate(names):
         for other in names[i + 1:]:
-            if _same_file(outputs[key], outputs[other]):
+            if same_file(outputs[key], outputs[other]):
                 raise UserError(f"{key}= and {other}= name the same file {outputs[key]!r}; they must differ")

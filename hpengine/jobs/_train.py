@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import random
 import sys
 
 from hpengine.config import EvalJobConfig, LearnedConfig, TrainJobConfig
 from hpengine.errors import UserError
 from hpengine.jobs._eval import make_engine
-from hpengine.jobs._paths import check_index_dir, check_output_file, check_outputs_apart, peek_index_meta
+from hpengine.jobs._paths import check_index_dir, check_output_file, check_outputs_apart, peek_index_meta, same_file
 
 
 #: the fewest held (or cross-validated) questions whose R@5 difference :func:`format_train_report`
@@ -33,13 +32,11 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
                         f"{count} question files)")
     if not cfg.out:
         raise UserError("train needs out=FILE, the ranker file to write (got no out=)")
-    if given is None:
-        seen = set()
-        for path, questions in zip(cfg.index, cfg.questions):
-            pair = (os.path.realpath(path), os.path.realpath(questions))
-            if pair in seen:  # its questions would count twice, under two identical report lines
+    if given is None:  # a pair given twice would count its questions twice, under two identical report lines
+        pairs = list(zip(cfg.index, cfg.questions))
+        for i, (path, questions) in enumerate(pairs):
+            if any(same_file(path, p) and same_file(questions, q) for p, q in pairs[:i]):
                 raise UserError(f"index {path!r} with questions={questions!r} is given twice; give each pair once")
-            seen.add(pair)
     check_output_file(cfg.out, "out", example="ranker.safetensors")
     check_outputs_apart({"out": cfg.out}, {f"questions[{i}]": q for i, q in enumerate(cfg.questions)})
     encoders = {}
@@ -279,12 +276,11 @@ def format_train_report(report: dict, out: str) -> str:
         lines.append("  no question held out (holdout=0, or too few questions for its share): nothing validated")
         return "\n".join(lines)
     scored = report.get("held_scored", held)
-    lines.append(f"  held out {held} question{'s' if held != 1 else ''}"
-                 + (f" ({scored} with a gold passage in the index, which the recalls are over)" if scored < held else "")
-                 + f": R@2 {report['held_recall@2']:.3f} / R@5 "
-                 f"{report['held_recall@5']:.3f} (the fusion on the same candidates: "
+    over = f" ({scored} with a gold passage in the index, which the recalls are over)" if scored < held else ""
+    lines.append(f"  held out {held} question{'s' if held != 1 else ''}{over}: R@2 {report['held_recall@2']:.3f} / "
+                 f"R@5 {report['held_recall@5']:.3f} (the fusion on the same candidates: "
                  f"{report['held_fusion_recall@2']:.3f} / {report['held_fusion_recall@5']:.3f})")
-    lines.append(_gain_line(report.get("held_scored", held), report.get("held_gain@5", [float("nan")] * 3),
+    lines.append(_gain_line(scored, report.get("held_gain@5", [float("nan")] * 3),
                             "held questions"))
     return "\n".join(lines + _per_file_lines(report.get("held_per_file", [])))
 
