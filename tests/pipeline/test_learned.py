@@ -71,8 +71,8 @@ def _links(index, lookups, anchor: int) -> set:
 @pytest.mark.parametrize("config, back_only", [(LearnedConfig(), False),
                                                (LearnedConfig(named_anchors=0, link_anchors=0), True)])
 def test_structure_features_equal_a_per_candidate_reference(builtin_index, config, back_only):
-    """fact_cosine, cosine_to_first, links_to_first, linked_from_tied_next: loops over one
-    candidate at a time against the batched tensors."""
+    """fact_cosine, cosine_to_first, links_to_first, linked_from_named_next,
+    linked_from_chained_next: loops over one candidate at a time against the batched tensors."""
     index, encoder, questions = builtin_index
     engine = Engine(index, encoder, config=config)
     texts = [q.question for q in questions]
@@ -82,7 +82,7 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index, confi
     col = {name: FEATURES.index(name) for name in FEATURES}
     fact_passage = index.fact_passage.tolist()
     first = feats[..., col["rr_fusion"]] == 1.0  # the fused first passage has rank 0
-    checked = tied_seen = back_seen = 0
+    checked = named_seen = chain_seen = back_seen = 0
     for i in range(len(texts)):
         top = cand[i][first[i]].tolist()
         assert len(top) == 1
@@ -91,8 +91,10 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index, confi
         named = {int(c) for c, v, n in zip(cand[i], valid[i], feats[i, :, col["named"]]) if v and n > 0}
         ties = {a: (a in named, a in _links(index, lk, top[0]), top[0] in _links(index, lk, a))
                 for _, a in ordered[1:3]}  # tied to the question: named, or linked with the first either way
-        nxt = [a for a, tie in ties.items() if any(tie)]
-        tied_seen += bool(nxt)
+        by_name = [a for a, tie in ties.items() if tie[0]]
+        by_chain = [a for a, tie in ties.items() if tie[1] or tie[2]]
+        named_seen += bool(by_name)
+        chain_seen += bool(by_chain)
         back_seen += any(tie == (False, False, True) for tie in ties.values())
         for j in range(int(valid[i].sum())):
             p = int(cand[i, j])
@@ -101,10 +103,11 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index, confi
             cos_first = float(index.passage_emb[p] @ index.passage_emb[top[0]])
             assert feats[i, j, col["cosine_to_first"]].item() == pytest.approx(cos_first, abs=1e-5)
             assert bool(feats[i, j, col["links_to_first"]]) == (top[0] in _links(index, lk, p))
-            assert bool(feats[i, j, col["linked_from_tied_next"]]) == (
-                p not in nxt and any(p in _links(index, lk, a) for a in nxt))  # an anchor is not its own link
+            for name, nxt in (("linked_from_named_next", by_name), ("linked_from_chained_next", by_chain)):
+                assert bool(feats[i, j, col[name]]) == (
+                    p not in nxt and any(p in _links(index, lk, a) for a in nxt))  # an anchor is not its own link
             checked += 1
-    assert checked > len(texts) and tied_seen > 0 and (back_seen > 0) >= back_only
+    assert checked > len(texts) and named_seen > 0 and chain_seen > 0 and (back_seen > 0) >= back_only
 
 
 def test_training_lowers_the_loss_and_the_ranking_equals_a_per_question_sort(examples):

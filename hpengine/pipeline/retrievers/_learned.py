@@ -11,8 +11,8 @@ Features of a candidate (:data:`FEATURES`), all tensor work on the batch:
 - its cosine to the question, and that cosine less the best candidate's;
 - whether the question names its title (the fusion's named anchors), whether the fused first
   passage links to it (the home of an entity a fact of it names), whether the fused second or third
-  does where that one is tied to the question (named by it, or linked with the first either way),
-  and whether it links back to the fused first passage;
+  does where the question names that one, whether it does where that one is linked with the first
+  either way, and whether it links back to the fused first passage;
 - the best cosine of one of its facts to the question, and that less the best candidate's;
 - its cosine to the fused first passage (the bridge of a two-hop question resembles its first hop);
 - the share of the question's idf it holds and the fused first passage does not, and the share the
@@ -47,7 +47,8 @@ MENTION_ANCHORS = 5
 MENTIONS = ("mentioned_by_first", "mentions_first", "mentioned_by_next")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
-            "linked_from_first", "rrf_union", "linked_from_tied_next", "links_to_first", "fact_cosine",
+            "linked_from_first", "rrf_union", "linked_from_named_next", "linked_from_chained_next", "links_to_first",
+            "fact_cosine",
             "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES),
             *MENTIONS)
 
@@ -209,23 +210,32 @@ class LearnedRetriever(FusionRetriever):
         linked = self._linked_from(first, candidates).float()
         rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
         back = self._links_to(candidates, first).float()
-        linked_next = self._linked_from(self._tied_next(candidates, lists[:, -1, 1:3], named + linked + back),
-                                        candidates).float()
+        linked_next = self._linked_from_next(candidates, lists[:, -1, 1:3], (named, linked + back))  # [Q, C, 2]
         fact_cos = self._fact_cosines(question_emb, candidates, valid)
         fact_gap = less_best(fact_cos, valid)
-        extra = [cos, gap, named, linked, rrf, linked_next, back, fact_cos, fact_gap, to_first]
+        extra = [cos, gap, named, linked, rrf, *linked_next.unbind(-1), back, fact_cos, fact_gap, to_first]
         words = self._pair_coverage(questions, candidates, first)  # [Q, C, 2]
         mentions = self._mentions(candidates, lists[:, -1, :3])  # [Q, C, 3]
         features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, less_best(words, valid), mentions], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
+    def _linked_from_next(self, candidates: Tensor, nxt: Tensor, ties: tuple) -> Tensor:
+        """float32 ``[Q, C, T]``: for each of the ``T`` ``ties`` (float ``[Q, C]`` each), whether
+        one of the fused second and third passages ``nxt`` (``[Q, <=2]``, ``-1`` padded) that is
+        tied to its question that way links to each of the ``candidates`` (int64 ``[Q, C]``, ``-1``
+        padded). Only a tied one's links count: an untied one is often a near miss of the
+        question's chain, whose links lead off it; a named one and one linked with the first are
+        told apart, as their links lead on the chain unequally often (docs/methods/learned.md).
+        One link lookup for every tie."""
+        anchors = torch.cat([self._tied_next(candidates, nxt, tie) for tie in ties])  # [T * Q, <=2]
+        linked = self._linked_from(anchors, candidates.repeat(len(ties), 1))  # [T * Q, C]
+        return linked.view(len(ties), *candidates.shape).permute(1, 2, 0).float()
+
     @staticmethod
     def _tied_next(candidates: Tensor, nxt: Tensor, ties: Tensor) -> Tensor:
         """int64 ``[Q, <=2]``: the fused second and third passages ``nxt`` (``[Q, <=2]``, ``-1``
         padded) that are tied to their question (``ties`` float ``[Q, C]`` of their candidate is
-        above 0: the question names it, the fused first passage links to it, or it links to the
-        first), ``-1`` for the others. Only a tied one's links count: an untied one is often a near
-        miss of the question's chain, whose links lead off it (docs/methods/learned.md).
+        above 0), ``-1`` for the others.
 
         Example:
             >>> LearnedRetriever._tied_next(torch.tensor([[4, 7, 9]]), torch.tensor([[7, 9]]),
