@@ -82,7 +82,7 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index, confi
     col = {name: FEATURES.index(name) for name in FEATURES}
     fact_passage = index.fact_passage.tolist()
     first = feats[..., col["rr_fusion"]] == 1.0  # the fused first passage has rank 0
-    checked = named_seen = chain_seen = back_seen = 0
+    checked = named_seen = chain_seen = back_seen = apart = 0
     for i in range(len(texts)):
         top = cand[i][first[i]].tolist()
         assert len(top) == 1
@@ -103,11 +103,14 @@ def test_structure_features_equal_a_per_candidate_reference(builtin_index, confi
             cos_first = float(index.passage_emb[p] @ index.passage_emb[top[0]])
             assert feats[i, j, col["cosine_to_first"]].item() == pytest.approx(cos_first, abs=1e-5)
             assert bool(feats[i, j, col["links_to_first"]]) == (top[0] in _links(index, lk, p))
-            for name, nxt in (("linked_from_named_next", by_name), ("linked_from_chained_next", by_chain)):
-                assert bool(feats[i, j, col[name]]) == (
-                    p not in nxt and any(p in _links(index, lk, a) for a in nxt))  # an anchor is not its own link
+            expected = [p not in nxt and any(p in _links(index, lk, a) for a in nxt)  # not its own link
+                        for nxt in (by_name, by_chain)]
+            names = ("linked_from_named_next", "linked_from_chained_next")
+            assert [bool(feats[i, j, col[n]]) for n in names] == expected
+            apart += expected[0] != expected[1]
             checked += 1
     assert checked > len(texts) and named_seen > 0 and chain_seen > 0 and (back_seen > 0) >= back_only
+    assert apart > 0, "some candidate is linked from a next passage by one tie and not by the other"
 
 
 def test_training_lowers_the_loss_and_the_ranking_equals_a_per_question_sort(examples):

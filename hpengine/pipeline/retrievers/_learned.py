@@ -47,10 +47,9 @@ MENTION_ANCHORS = 5
 MENTIONS = ("mentioned_by_first", "mentions_first", "mentioned_by_next")
 #: the feature names, in the order of the last dimension of :meth:`LearnedRetriever.candidate_features`
 FEATURES = (*(f"rr_{n}" for n in LISTS), *(f"in_{n}" for n in LISTS), "cosine", "cosine_gap", "named",
-            "linked_from_first", "rrf_union", "linked_from_named_next", "linked_from_chained_next", "links_to_first",
-            "fact_cosine",
-            "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES, *(f"{n}_gap" for n in PAIR_SCORES),
-            *MENTIONS)
+            "linked_from_first", "rrf_union", "linked_from_named_next", "linked_from_chained_next",
+            "links_to_first", "fact_cosine", "fact_cosine_gap", "cosine_to_first", *PAIR_SCORES,
+            *(f"{n}_gap" for n in PAIR_SCORES), *MENTIONS)
 
 
 def less_best(scores: Tensor, valid: Tensor) -> Tensor:
@@ -219,9 +218,9 @@ class LearnedRetriever(FusionRetriever):
         features = torch.cat([rr, present, torch.stack(extra, dim=-1), words, less_best(words, valid), mentions], dim=-1)
         return candidates, features.masked_fill(~valid[..., None], 0.0), valid
 
-    def _linked_from_next(self, candidates: Tensor, nxt: Tensor, ties: tuple) -> Tensor:
+    def _linked_from_next(self, candidates: Tensor, nxt: Tensor, ties: tuple[Tensor, ...]) -> Tensor:
         """float32 ``[Q, C, T]``: for each of the ``T`` ``ties`` (float ``[Q, C]`` each), whether
-        one of the fused second and third passages ``nxt`` (``[Q, <=2]``, ``-1`` padded) that is
+        one of the fused second and third passages ``nxt`` (int64 ``[Q, <=2]``, ``-1`` padded) that is
         tied to its question that way links to each of the ``candidates`` (int64 ``[Q, C]``, ``-1``
         padded). Only a tied one's links count: an untied one is often a near miss of the
         question's chain, whose links lead off it; a named one and one linked with the first are
