@@ -209,7 +209,7 @@ class LearnedRetriever(FusionRetriever):
         linked = self._linked_from(first, candidates).float()
         rrf = torch.where(valid, rrf, torch.zeros_like(rrf))
         back = self._links_to(candidates, first).float()
-        linked_next = self._linked_from_next(candidates, lists[:, -1, 1:3], (named, linked + back))  # [Q,C,2]
+        linked_next = self._linked_from_next(candidates, lists[:, -1, 1:3], (named, linked + back))  # [Q, C, 2]
         fact_cos = self._fact_cosines(question_emb, candidates, valid)
         fact_gap = less_best(fact_cos, valid)
         extra = [cos, gap, named, linked, rrf, *linked_next.unbind(-1), back, fact_cos, fact_gap, to_first]
