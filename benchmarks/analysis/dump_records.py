@@ -99,9 +99,13 @@ def compare(old_path: str, new_path: str, atol: float = 0.0) -> int:
     differing = 0
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
+        if a is None or b is None:  # a method run on one side only is a difference, named as such
+            differing += 1
+            print(f"{key:<20} only in {new_path if a is None else old_path}")
+            continue
         same = _close(a, b, atol)
         differing += not same
-        print(f"{key:<20} {len(a or []):>5} questions  {'identical' if same else 'DIFFERENT'}")
+        print(f"{key:<20} {len(a):>5} questions  {'identical' if same else 'DIFFERENT'}")
         if not same and a and b:
             first = next(i for i, (x, y) in enumerate(zip(a, b)) if not _close(x, y, atol)) if len(a) == len(b) else 0
             print(f"  first difference at question {first}")
