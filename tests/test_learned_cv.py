@@ -122,3 +122,63 @@ def test_each_fit_sees_the_sets_it_trains_on_as_sets():
     learned_cv.cross_validate(sets, recording, folds=5, seed=0)
     assert seen[:5] == [[4, 8, 12]] * 5  # 4/5 of each set in each fold
     assert seen[5:] == [[5, 15], [5, 10], [10, 15]]  # without a, without b, without c
+
+
+def test_nested_fit_chooses_inside_its_training_set_and_trains_on_all_of_it():
+    """``--nested``: the settings are chosen by cross-validating inside the training questions
+    alone (never the held ones), the better setting wins, and the model returned is trained on
+    every training question with it."""
+    sets = {"a": _examples(20, 1), "b": _examples(25, 2)}
+    for n, ex in sets.items():
+        ex.candidates[:, 0] = torch.arange(len(ex)) + (1000 if n == "b" else 0)  # names the question: rows seen
+        ex.features[..., 0] += ex.gold.float()  # a feature that tells gold apart: the sign of a fit matters
+    train = RankerExamples.of_sets([sets["a"].subset(range(15)), sets["b"].subset(range(20))])
+    seen = []
+
+    def trainer(train, seed, sign=1.0):
+        seen.append(set(train.candidates[:, 0].tolist()))
+        fit = _linear(train, seed)
+        return lambda features, valid: torch.where(valid, sign * fit(features, valid), float("-inf"))
+
+    nested = learned_cv.NestedFit({"worse": {"sign": -1.0}, "better": {}}, folds=3, trainer=trainer)
+    nested(train, seed=0)
+    rows = set(train.candidates[:, 0].tolist())
+    assert nested.chosen[0]["chosen"] == "better"
+    assert nested.chosen[0]["inner_r5"]["better"] > nested.chosen[0]["inner_r5"]["worse"]
+    assert all(s < rows for s in seen[:-1])  # every inner fit holds some training rows out ...
+    assert seen[-1] == rows  # ... and the model returned saw them all
+    assert len(seen) == 2 * (3 + 2) + 1  # each setting: 3 inner folds and each of the 2 sets left out
+
+
+def test_nested_over_one_setting_is_that_setting_cross_validated():
+    sets = {"a": _examples(25, 5), "b": _examples(35, 6)}
+    nested = learned_cv.NestedFit({"only": {}}, folds=3, trainer=lambda train, seed: _linear(train, seed))
+    assert learned_cv.cross_validate(sets, nested, folds=5, seed=7) == learned_cv.cross_validate(
+        sets, _linear, folds=5, seed=7)
+    assert [c["chosen"] for c in nested.chosen] == ["only"] * 7  # five folds, two sets left out
+
+
+def test_a_question_asked_twice_is_refused():
+    from hpengine.eval import Question
+
+    def q(text):
+        return Question(id=text, question=text, answers=["x"], gold_passages=[("t", "x")], gold_titles=["t"])
+
+    learned_cv.check_distinct({"a": [q("Who?"), q("Where?")], "b": [q("When?")]})
+    with pytest.raises(SystemExit, match="b asks 'who\\?' again \\(a asks it too\\)"):
+        learned_cv.check_distinct({"a": [q("Who?")], "b": [q(" who? ")]})
+
+
+def test_reuse_reads_only_candidates_of_the_same_settings(tmp_path):
+    from safetensors.torch import save_file
+
+    ex = _examples(6, 0)
+    cache = tmp_path / "run_a.safetensors"
+    settings = learned_cv._cache_settings("idx", "q.json", 0, 20)
+    save_file({f: getattr(ex, f).contiguous() for f in learned_cv.FIELDS}, str(cache), metadata=settings)
+    got, _ = learned_cv.examples_of("a", "idx", "q.json", cache, True, 0, 20)
+    assert torch.equal(got.features, ex.features)
+    with pytest.raises(SystemExit, match="other settings \\(mention_width\\)"):
+        learned_cv.examples_of("a", "idx", "q.json", cache, True, 0, 0)
+    with pytest.raises(SystemExit, match="other settings \\(index\\)"):
+        learned_cv.examples_of("a", "other_idx", "q.json", cache, True, 0, 20)

@@ -4,13 +4,16 @@ fold) and leave one dataset out (train on the others, score it). No question is 
 that saw it. ``--repeats N`` runs both N times over other fold splits and model seeds and reports
 the mean, and every learned row's difference to the fusion with a 95% interval from a paired
 bootstrap over the questions (how far the dev questions themselves pin that difference down), in ``cv_<label>_r<N>.json``.
+``--nested K`` adds a row whose training settings are chosen by nested cross-validation inside
+each outer training set (:class:`NestedFit`), so that its estimate covers choosing them too.
+A question asked twice is refused: the folds split rows.
 
     python benchmarks/analysis/learned_cv.py --set musique=IDX_M:QUESTIONS_M --set 2wikimultihopqa=IDX_W:QUESTIONS_W \\
         --set hotpotqa=IDX_H:QUESTIONS_H --label minilm
 
 The candidates and features of each set are computed once and kept beside the results
 (``benchmarks/results/learned/<label>_<set>.safetensors``, not committed: 8 MB for the three dev sets;
-``--reuse`` reads them again).
+``--reuse`` reads them again, and refuses a cache of another index, question file, width or feature schema).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ MEMBERS = ("dense", "hyperprove", "ppr")
 
 def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool, max_questions: int,
                 mention_width: int = 20):
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     from hpengine.config import EvalJobConfig, LearnedConfig
@@ -38,7 +42,14 @@ def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool,
     from hpengine.jobs import make_engine
     from hpengine.pipeline import RankerExamples, ranker_examples
 
+    settings = _cache_settings(index, questions, max_questions, mention_width)
     if reuse and cache.exists():
+        with safe_open(str(cache), "pt") as f:
+            saved = f.metadata() or {}
+        if saved != settings:
+            differ = sorted(k for k in settings.keys() | saved.keys() if settings.get(k) != saved.get(k))
+            raise SystemExit(f"learned_cv: {cache} holds candidates of other settings ({', '.join(differ)}); "
+                             "run without --reuse, or with another --label")
         t = load_file(str(cache))
         return RankerExamples(*(t[f] for f in FIELDS)), 0.0
     engine = make_engine(EvalJobConfig(index=index, engine=LearnedConfig(mention_width=mention_width)))
@@ -50,8 +61,30 @@ def examples_of(name: str, index: str, questions: str, cache: Path, reuse: bool,
     seconds = time.perf_counter() - start
     print(file=sys.stderr)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    save_file({f: getattr(ex, f).contiguous() for f in FIELDS}, str(cache))
+    save_file({f: getattr(ex, f).contiguous() for f in FIELDS}, str(cache), metadata=settings)
     return ex, seconds
+
+
+def _cache_settings(index: str, questions: str, max_questions: int, mention_width: int) -> dict:
+    """What a candidate cache was computed from, recorded in it so that ``--reuse`` never reads
+    candidates of another index, question file, feature schema or width."""
+    from hpengine.pipeline.retrievers import FEATURES
+
+    return {"index": str(Path(index).resolve()), "questions": str(Path(questions).resolve()),
+            "max_questions": str(max_questions), "mention_width": str(mention_width), "features": ",".join(FEATURES)}
+
+
+def check_distinct(questions: dict) -> None:
+    """Refuse question sets that ask a question twice (case and outer spaces aside), in one set or
+    two: the folds split rows, so a copy could be trained on where its twin is scored
+    (``hpengine train`` keeps such copies on one side instead)."""
+    seen = {}
+    for name, qs in questions.items():
+        for q in qs:
+            key = q.question.strip().lower()
+            if key in seen:
+                raise SystemExit(f"learned_cv: {name} asks {q.question.strip()!r} again ({seen[key]} asks it too)")
+            seen[key] = name
 
 
 def folds_of(n: int, k: int, seed: int) -> list:
@@ -69,7 +102,11 @@ def scores(order, examples) -> dict:
 def run(args) -> dict:
     from hpengine.pipeline import fusion_order, list_order, train_ranker
 
+    from hpengine.eval import load_questions
+
     torch.set_num_threads(args.threads)
+    check_distinct({spec.partition("=")[0]: load_questions(spec.partition(":")[2])[: args.max_questions or None]
+                    for spec in args.set})
     sets, seconds = {}, {}
     for spec in args.set:
         name, _, rest = spec.partition("=")
@@ -93,8 +130,13 @@ def run(args) -> dict:
         fits["gbdt"] = GbdtRanker
     if args.listformer:
         fits["listformer"] = fit_list_ranker
+    if args.nested:
+        fits["nested"] = NestedFit(NESTED_GRID, args.nested)
     for key, fit in fits.items():
         out["models"][key] = cross_validate(sets, fit, args.folds, args.seed, args.repeats)
+    if args.nested:
+        out["nested_grid"] = NESTED_GRID
+        out["nested_choices"] = fits["nested"].chosen
     return out
 
 
@@ -139,6 +181,59 @@ def held_out_orders(sets: dict, fit, folds: int, seed: int) -> dict:
             model = fit(RankerExamples.of_sets([e for m, e in sets.items() if m != n]), seed)
             out["lodo"][n] = _pad(rank_candidates(model, ex), ex.candidates.shape[1])
     return out
+
+
+# The training settings the recipe was chosen among on the dev questions (docs/methods/learned.md):
+# --nested selects among them inside each outer training set only, so the outer estimate covers
+# the choice of these settings too. Each entry overrides train_ranker's defaults.
+NESTED_GRID = {
+    "default": {},
+    "weight_decay=0.01": {"weight_decay": 0.01},
+    "weight_decay=0.1": {"weight_decay": 0.1},
+    "weight_decay=1e-4": {"weight_decay": 1e-4},
+    "balance_sets=false": {"balance_sets": False},
+    "hidden=0": {"hidden": 0},
+    "hidden=32": {"hidden": 32},
+    "features alone": {"fusion_prior": False, "weight_decay": 1e-4, "balance_sets": False},
+}
+
+
+class NestedFit:
+    """``fit(train, seed) -> model`` that first chooses its training settings among ``grid`` by
+    cross-validating inside ``train`` alone, then trains with them on all of ``train``.
+
+    The inner score of a setting is the mean over ``train``'s question sets of their R@5 (every set
+    the same), averaged over an inner ``folds``-fold split of every set and, with two sets or more,
+    leaving each of them out (:func:`held_out_orders` on ``train``'s sets): the same two criteria the
+    outer estimate reports, so neither the k-fold nor the left-out numbers were chosen on the
+    questions they score. ``trainer(train, seed=, **settings) -> model`` (default
+    :func:`hpengine.pipeline.train_ranker`); ``chosen`` logs each call's choice."""
+
+    def __init__(self, grid: dict, folds: int, trainer=None):
+        from hpengine.pipeline import train_ranker
+
+        self.grid, self.folds, self.trainer, self.chosen = grid, folds, trainer or train_ranker, []
+
+    def __call__(self, train, seed: int):
+        sets = {int(s): train.subset(torch.nonzero(train.question_set == s).flatten())
+                for s in torch.unique(train.question_set)}
+        inner = {name: _inner_score(sets, self._fit_with(settings), self.folds, seed)
+                 for name, settings in self.grid.items()}
+        best = max(inner, key=inner.get)  # the first of equal scores: the grid's order
+        self.chosen.append({"chosen": best, "inner_r5": {k: round(v, 4) for k, v in inner.items()}})
+        return self.trainer(train, seed=seed, **self.grid[best])
+
+    def _fit_with(self, settings: dict):
+        return lambda train, seed: self.trainer(train, seed=seed, **settings)
+
+
+def _inner_score(sets: dict, fit, folds: int, seed: int) -> float:
+    """Mean R@5 over ``sets`` of ``fit`` in k-fold, averaged with its mean left out (two sets or more)."""
+    from hpengine.pipeline import recall_at
+
+    orders = held_out_orders(sets, fit, folds, seed)
+    parts = [p for p in ("cv", "lodo") if orders[p]]
+    return sum(sum(recall_at(orders[p][n], ex, 5) for n, ex in sets.items()) / len(sets) for p in parts) / len(parts)
 
 
 def versus_fusion(orders: list, examples) -> dict:
@@ -349,6 +444,11 @@ def table(out: dict) -> str:
                 lines.append(f"| {key} {part.upper()} less fusion, R@5 (95% interval) | " + " | ".join(
                     "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * v for v in res[n][f"{part}_vs_fusion"]["recall@5"]))
                     for n in names) + " |")
+    if out.get("nested_choices"):
+        counts = {}
+        for c in out["nested_choices"]:
+            counts[c["chosen"]] = counts.get(c["chosen"], 0) + 1
+        lines.append("nested: settings chosen per outer training: " + ", ".join(f"{k} x{v}" for k, v in counts.items()))
     return "\n".join(lines)
 
 
@@ -392,6 +492,9 @@ def main(argv=None) -> None:
     p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
     p.add_argument("--listformer", action="store_true", help="also a one-layer transformer over each candidate "
                    "list on the same features (minutes per fold on a CPU)")
+    p.add_argument("--nested", type=int, default=0, metavar="K", help="also the recipe's training settings chosen "
+                   "by nested cross-validation: inside each outer training set, among NESTED_GRID by K inner folds and "
+                   "leaving each of its sets out, then scored on the outer held questions (NestedFit)")
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")
     p.add_argument("--ship", metavar="FILE", help="also train on every question of every set (hidden: the first "
                    "--hidden) and write the ranker to FILE (the package's default ranker of this encoder)")
