@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import sys
 
@@ -39,6 +40,7 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
                 raise UserError(f"index {path!r} with questions={questions!r} is given twice; give each pair once")
     check_output_file(cfg.out, "out", example="ranker.safetensors")
     check_outputs_apart({"out": cfg.out}, {f"questions[{i}]": q for i, q in enumerate(cfg.questions)})
+    _check_replaceable(cfg.out)
     encoders = {}
     for path in cfg.index:
         check_index_dir(path, "index")
@@ -48,6 +50,15 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
         if eb != ea:
             raise UserError(f"a ranker is trained for one encoder: index {a!r} uses {ea!r} and index {b!r} uses {eb!r}")
     return ea
+
+
+def _check_replaceable(out: str) -> None:
+    """``out`` is new or a ranker file: a corpus or question file there would be lost to the ranker."""
+    from hpengine.nn import is_ranker_file
+
+    if os.path.lexists(out) and not is_ranker_file(out):
+        raise UserError(f"out={out!r} exists and is not a ranker file; writing the ranker would destroy it "
+                        f"(name a new file, or a ranker file to replace)")
 
 
 def _questions(cfg: TrainJobConfig, given: list | None = None) -> list:

@@ -26,8 +26,8 @@ from hpengine.nn._differentiable_dense import DifferentiableDense
 from hpengine.nn._differentiable_hop import DifferentiableHyperProveHop
 from hpengine.nn._differentiable_ppr import DifferentiablePPR
 from hpengine.nn._graph import GraphModule
-from hpengine.nn._ranker import CandidateRanker, fit_ranker, listwise_loss, load_ranker, save_ranker
+from hpengine.nn._ranker import CandidateRanker, fit_ranker, is_ranker_file, listwise_loss, load_ranker, save_ranker
 
 __all__ = ["CandidateRanker", "DifferentiableDense", "DifferentiableHyperProveHop", "DifferentiablePPR", "GraphModule",
            "IndexModule", "QueryAdapter", "Retrieved", "dense_listwise_loss", "fit_query_adapter", "fit_ranker",
-           "listwise_loss", "load_ranker", "save_ranker"]
+           "is_ranker_file", "listwise_loss", "load_ranker", "save_ranker"]

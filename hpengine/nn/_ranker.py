@@ -219,8 +219,24 @@ def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
     misfit = _misfit(model.state_dict(), tensors)
     if misfit:
         raise ValueError(f"{path}: weights do not fit the ranker it describes ({misfit})")
+    damaged = [k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if damaged or not bool((tensors["scale"] > 0).all()):  # NaN scores would order the candidates arbitrarily
+        what = f"weights that are not finite ({', '.join(damaged[:3])})" if damaged else "a spread that is not positive"
+        raise ValueError(f"{path}: {what}; the file is damaged")
     model.load_state_dict(tensors)
     return model.eval(), header
+
+
+def is_ranker_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a file whose header says it is a ranker (of any version): what a new
+    ranker may replace."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="pt") as f:
+            return json.loads((f.metadata() or {}).get("hpengine", "{}")).get("format") == RANKER_FORMAT
+    except Exception:  # not safetensors, not JSON, unreadable: not a ranker
+        return False
 
 
 def _misfit(expected: dict, found: dict) -> str:

@@ -88,11 +88,15 @@ def test_a_question_file_whose_gold_passages_the_index_lacks_is_refused(saved, t
     other.write_text(json.dumps([{"question": f"Who wrote book {i}?", "answer": ["x"],
                                   "gold_passages": [{"title": "Not here", "text": f"No such passage {i}."}]}
                                  for i in range(3)]))
+    from hpengine.nn import CandidateRanker, save_ranker
+    from hpengine.pipeline.retrievers import FEATURES
+
     out = tmp_path / "r.safetensors"
-    out.write_bytes(b"an earlier ranker")
+    save_ranker(CandidateRanker(len(FEATURES), hidden=0), out, {})  # an earlier ranker
+    earlier = out.read_bytes()
     with pytest.raises(UserError, match="none of its 3 questions' gold passages is in index") as exc:
         run_train(TrainJobConfig(index=saved[:1], questions=[str(other)], out=str(out)), progress=False)
-    assert "\n" not in str(exc.value) and out.read_bytes() == b"an earlier ranker"  # nothing written
+    assert "\n" not in str(exc.value) and out.read_bytes() == earlier  # nothing written
 
 
 def test_questions_without_their_gold_passages_in_the_index_are_named(saved, tmp_path):
@@ -139,6 +143,18 @@ def test_out_never_lands_on_an_input(saved, tmp_path, monkeypatch, where):
                   progress=False)
     assert "\n" not in str(exc.value)
     assert {p: p.read_bytes() for p in before} == before  # nothing read was touched
+
+
+def test_out_replaces_a_ranker_file_only(saved, tmp_path, monkeypatch):
+    """A corpus or a question file not read by this run, or any other file, is not overwritten by
+    the ranker: refused before any model loads, the file untouched."""
+    _refuse_models(monkeypatch)
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text('[{"title": "A", "text": "B"}]')
+    with pytest.raises(UserError, match="out='.*corpus.json' exists and is not a ranker file") as exc:
+        run_train(TrainJobConfig(index=saved[:1], questions=[str(builtin_questions_path())], out=str(corpus)),
+                  progress=False)
+    assert "\n" not in str(exc.value) and corpus.read_text() == '[{"title": "A", "text": "B"}]'
 
 
 @pytest.mark.parametrize("count,settings,message", [

@@ -197,6 +197,33 @@ def test_ranker_files_are_checked(examples, tmp_path, builtin_index):
         assert "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize("damage,message", [("nan", "weights that are not finite \\(linear.weight\\)"),
+                                            ("scale", "a spread that is not positive")])
+def test_a_ranker_with_damaged_weights_is_refused(examples, tmp_path, damage, message):
+    """A file whose header is intact but whose numbers are not (NaN weights, a zero spread) would
+    order the candidates arbitrarily: refused in one line, and not taken for a ranker to keep."""
+    from safetensors.torch import load_file, save_file
+
+    from hpengine.nn import is_ranker_file
+
+    engine, _, ex = examples
+    path = tmp_path / "r.safetensors"
+    save_ranker(CandidateRanker(len(FEATURES), hidden=0), path, ranker_meta(engine, ex))
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(path))
+    if damage == "nan":
+        tensors["linear.weight"][0, 0] = float("nan")
+    else:
+        tensors["scale"][3] = 0.0
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(ValueError, match=message) as exc:
+        load_ranker(path)
+    assert "\n" not in str(exc.value)
+    assert is_ranker_file(path)  # still a ranker file by its header: train may replace it
+    assert not is_ranker_file(tmp_path / "missing.safetensors") and not is_ranker_file(tmp_path)
+
+
 def test_a_ranker_whose_weights_misfit_its_header_names_them(examples, tmp_path):
     from safetensors.torch import load_file, save_file
 
