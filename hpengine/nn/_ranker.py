@@ -9,6 +9,8 @@ need in its metadata (no pickle); :func:`load_ranker` refuses a file whose schem
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 
@@ -139,7 +141,8 @@ def listwise_loss(scores: Tensor, gold: Tensor, valid: Tensor, weight: Tensor | 
 def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 16, epochs: int = 300,
                lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, prior: int = -1,
                weight: Tensor | None = None, log=None) -> CandidateRanker:
-    """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss.
+    """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss, on one CPU
+    thread (torch's thread count is restored after: the same weights on every machine).
 
     Args:
         features: float ``[N, C, F]``; gold, valid: bool ``[N, C]``.
@@ -165,14 +168,28 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
     if prior >= 0:
         model.start_at_prior()
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    for epoch in range(epochs):
-        opt.zero_grad()
-        loss = listwise_loss(model(features, valid), gold, valid, weight)
-        loss.backward()
-        opt.step()
-        if log is not None and (epoch % 50 == 0 or epoch == epochs - 1):
-            log(epoch, float(loss.detach()))
+    with _one_thread():
+        for epoch in range(epochs):
+            opt.zero_grad()
+            loss = listwise_loss(model(features, valid), gold, valid, weight)
+            loss.backward()
+            opt.step()
+            if log is not None and (epoch % 50 == 0 or epoch == epochs - 1):
+                log(epoch, float(loss.detach()))
     return model.eval()
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one CPU thread inside, its count restored after. The ranker's tensors are small:
+    on one thread its fit gives the same weights on every machine, and a busy core cannot stall
+    it (two threads with one core taken ran a 12-question fit 100x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def save_ranker(model: CandidateRanker, path: str | os.PathLike, meta: dict) -> None:
