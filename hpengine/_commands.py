@@ -316,11 +316,16 @@ def check_overrides(command: str, overrides: list) -> None:
     nodes = _nodes(keys)
     named = [a for a in overrides if re.match(r"(?:\+\+|\+)?encoder(?:=|\.name_or_path=.)", a)]
     follows_index = groups.get("encoder", ("",))[0] == "index" and not [a for a in named if a != "encoder=index"]
+    given = {}
     for arg in overrides:
         m = OVERRIDE.match(arg)
         if m is None or not (m.group("eq") or arg.startswith("~")):
             continue  # a Hydra flag or its value (--cfg job), or what Hydra will say is wrong
         key = m.group("key").replace("/", ".")
+        same = "engine" if key == "retriever" else key  # retriever=NAME is engine=NAME
+        if same in given:  # Hydra would keep the last silently
+            raise UserError(f"{key}= is given twice ({given[same]!r} and {arg!r}); give it once")
+        given[same] = arg
         if key == "hydra" or key.startswith("hydra."):
             continue
         field = key.split(".", 1)[1] if key.startswith("encoder.") else ""

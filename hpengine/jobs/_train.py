@@ -339,7 +339,7 @@ def parse_train_args(argv: list) -> TrainJobConfig:
     import difflib
 
     fields = {f.name: f for f in dataclasses.fields(TrainJobConfig)}
-    indexes, questions, values = [], [], {}
+    indexes, questions, values, raw = [], [], {}, {}
     for arg in argv:
         key, eq, value = arg.partition("=")
         if not eq:
@@ -348,11 +348,14 @@ def parse_train_args(argv: list) -> TrainJobConfig:
             indexes.append(value)
         elif key == "questions":
             if len(questions) >= len(indexes):
+                got = f"it follows questions={questions[-1]!r}" if questions else "got no index before it"
                 raise UserError(f"questions={value!r} pairs with the index before it: hpengine train IDX "
-                                f"questions=FILE [IDX2 questions=FILE2 ...] (got no index before it)")
+                                f"questions=FILE [IDX2 questions=FILE2 ...] ({got})")
             questions.append(value)
         elif key in fields and key != "debug":
-            values[key] = _typed(key, value, fields[key].default)
+            if key in values:  # the last would win silently
+                raise UserError(f"{key}= is given twice ({raw[key]!r} and {arg!r}); give it once")
+            values[key], raw[key] = _typed(key, value, fields[key].default), arg
         else:
             near = difflib.get_close_matches(key, [*fields, "debug"], n=1)
             hint = f"; did you mean {near[0]}?" if near else ""

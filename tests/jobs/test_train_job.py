@@ -240,7 +240,11 @@ def test_the_command_line_pairs_each_question_file_with_its_index():
                             "lr=0.05", "index=C", "questions=${oc.env:HOME}"])
     assert (cfg.index, cfg.questions) == (["A", "B", "C"], ["qa.json", "qb.json", "${oc.env:HOME}"])
     assert (cfg.out, cfg.hidden, cfg.lr) == ("r.safetensors", 0, 0.05)
-    for args, message in ((["questions=q.json", "A"], "pairs with the index before it"),
+    for args, message in ((["questions=q.json", "A"], "pairs with the index before it.*got no index before it"),
+                          (["A", "questions=q", "questions=q2"], "pairs with the index before it.*it follows "
+                                                                 "questions='q'"),
+                          (["A", "questions=q", "folds=2", "folds=5"], "folds= is given twice \\('folds=2' and "
+                                                                       "'folds=5'\\)"),
                           (["A", "questions=q", "epoch=3"], "unknown key 'epoch'.*did you mean epochs"),
                           (["A", "questions=q", "hidden=wide"], "hidden= must be an int"),
                           (["A", "questions=q", "fusion_prior=maybe"], "fusion_prior= must be true or false"),
