@@ -84,7 +84,12 @@ def load_questions(path: str | os.PathLike) -> list[Question]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise utf8_error(path, raw, exc) from None
-    records = _parse_json(text, path) if text.lstrip().startswith("[") else _parse_jsonl(text, path)
+    listed = text.lstrip().startswith("[")
+    records = _parse_json(text, path) if listed else _parse_jsonl(text, path)
+    if not listed and len(records) == 1 and isinstance(records[0], dict) and "question" not in records[0]:
+        keys = ", ".join(repr(k) for k in list(records[0])[:3])
+        raise UserError(f"{path}: one JSON object (keys {keys}) and no 'question' in it; a question file is a JSON "
+                        f"list of question records, or one record per line (JSONL)")
     questions = []
     for index, record in enumerate(records):
         try:
@@ -108,7 +113,7 @@ def _check_unique(records: list, questions: list, path: str) -> None:
         earlier = first_id.setdefault(q.id, index)
         if earlier != index:
             raise UserError(f"{path}: records {earlier} and {index} have the same id {q.id!r:.60}; give each "
-                            f"question its own id (a repeated question is counted twice)")
+                            f"question its own id (results and reports tell questions apart by id)")
         # a record is a parsed JSON object; its sorted dump is its content (ASCII: lone surrogates escape)
         earlier = first_record.setdefault(json.dumps(record, sort_keys=True), index)
         if earlier != index:

@@ -86,6 +86,10 @@ def test_bad_record_without_id(tmp_path):
     path = _write(tmp_path, [{"answer": ["x"]}])
     with pytest.raises(ValueError, match=r"q.json: record 0: missing field 'question'"):
         load_questions(path)
+    path.write_text('{"data": [{"question": "Who?", "answer": ["x"]}]}')  # the records wrapped in an object
+    with pytest.raises(ValueError, match=r"one JSON object \(keys 'data'\) and no 'question' in it; a question "
+                                         r"file is a JSON list"):
+        load_questions(path)
     path = _write(tmp_path, [RECORD, "just a string"])
     with pytest.raises(ValueError, match=r"record 1: expected a JSON object \(got str\)"):
         load_questions(path)
