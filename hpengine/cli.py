@@ -498,8 +498,7 @@ def _train_command(args: list) -> None:
 
     cfg = parse_train_args(args)
     _check_device("device", cfg.device)
-    report = run_train(cfg)
-    _print_warnings(report)
+    report = run_train(cfg)  # its warnings on stderr as they arise, before the work
     print(format_train_report(report, cfg.out))
 
 

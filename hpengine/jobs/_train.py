@@ -138,6 +138,8 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
                         f"nothing is left to train on (lower holdout=, or give more questions)")
     indexes = [Index.load(path, device=cfg.device) for path in cfg.index]
     warnings = _gold_in_index(indexes, question_sets, names, cfg.index)  # before the encoder loads
+    for text in warnings if progress else ():  # now, not after minutes of work
+        print(f"hpengine: warning: {text}", file=sys.stderr)
     engines = [make_engine(EvalJobConfig(index=path, device=cfg.device,
                                          engine=LearnedConfig(candidate_width=cfg.candidate_width,
                                                               mention_width=cfg.mention_width)), index=index)

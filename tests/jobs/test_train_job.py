@@ -114,6 +114,21 @@ def test_questions_without_their_gold_passages_in_the_index_are_named(saved, tmp
     assert "held out 4 questions (3 with a gold passage in the index, which the recalls are over)" in text
 
 
+def test_the_command_line_warns_before_the_work_and_once(saved, tmp_path, capsys):
+    import json
+
+    from hpengine.cli import main
+
+    rows = json.loads(builtin_questions_path().read_text())
+    rows[0]["gold_passages"] = [*rows[0]["gold_passages"], {"title": "Not here", "text": "No such passage."}]
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps(rows))
+    main(["train", saved[0], f"questions={mixed}", f"out={tmp_path / 'r.safetensors'}", "epochs=5", "hidden=0"])
+    err = capsys.readouterr().err
+    assert err.count("hpengine: warning: 1 of") == 1
+    assert err.index("hpengine: warning: 1 of") < err.index("candidates of") < err.index("epoch 0")
+
+
 OUT_CASES = {  # where out= points: the message that refuses it
     "the first of two question files": "is the questions[0] file",
     "the second of two question files": "is the questions[1] file",
