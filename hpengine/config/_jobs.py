@@ -140,7 +140,8 @@ class TrainJobConfig:
     index: Any = None
     #: Question files with gold passages, one per index.
     questions: Any = None
-    #: Ranker file written (safetensors: weights, feature schema, encoder, settings).
+    #: Ranker file written (safetensors: weights, feature schema, encoder, settings); an existing file
+    #: there must be a ranker, which is replaced whole once the new one is trained.
     out: str = ""
     #: Device for the encoder, the index and the training.
     device: str = "cpu"
