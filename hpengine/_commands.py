@@ -322,10 +322,12 @@ def check_overrides(command: str, overrides: list) -> None:
         if m is None or not (m.group("eq") or arg.startswith("~")):
             continue  # a Hydra flag or its value (--cfg job), or what Hydra will say is wrong
         key = m.group("key").replace("/", ".")
-        same = "engine" if key == "retriever" else key  # retriever=NAME is engine=NAME
-        if same in given:  # Hydra would keep the last silently
-            raise UserError(f"{key}= is given twice ({given[same]!r} and {arg!r}); give it once")
-        given[same] = arg
+        if m.group("eq"):  # a value (~key deletes one; +key=, ++key= set one as key= does)
+            typed = arg.partition("=")[0].lstrip("+")
+            same = "engine" if typed == "retriever" else typed  # retriever=NAME is engine=NAME
+            if same in given:  # Hydra would keep the last silently
+                raise UserError(f"{typed}= is given twice ({given[same]!r} and {arg!r}); give it once")
+            given[same] = arg
         if key == "hydra" or key.startswith("hydra."):
             continue
         field = key.split(".", 1)[1] if key.startswith("encoder.") else ""

@@ -11,6 +11,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# MKL picks the summation order of torch.addmm's sparse x dense product by CPU (on some AVX-512 Xeons
+# not the CSR order); COMPATIBLE fixes it to the CSR order, the order the CPU kernels and the tests
+# that compare them with the PyTorch path bit for bit define (kernels/README.md). Read by MKL at its
+# first call, and inherited by the processes the tests start.
+os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
 
 #: This test process's temporary files: tempfile's, and through TMPDIR those of the processes the
 #: tests start (the CLI, torchrun's logs), from the first test on (:func:`_private_temp_dir`), and

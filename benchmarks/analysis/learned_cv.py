@@ -130,8 +130,9 @@ def run(args) -> dict:
         fits["gbdt"] = GbdtRanker
     if args.listformer:
         fits["listformer"] = fit_list_ranker
-    if args.nested:
-        fits["nested"] = NestedFit(NESTED_GRID, args.nested)
+    if args.nested:  # each setting over the run's own (--epochs, --lr, ..., the first --hidden)
+        base = {**_fit_args(args), "hidden": args.hidden[0]}
+        fits["nested"] = NestedFit({k: {**base, **v} for k, v in NESTED_GRID.items()}, args.nested)
     for key, fit in fits.items():
         out["models"][key] = cross_validate(sets, fit, args.folds, args.seed, args.repeats)
     if args.nested:
@@ -455,6 +456,13 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _inner_folds(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"inner folds must be at least 2 (got {value})")
+    return value
+
+
 def _fit_args(args) -> dict:
     """The training settings of ``train_ranker`` that the command line sets."""
     return dict(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, fusion_prior=not args.no_fusion_prior,
@@ -488,7 +496,7 @@ def main(argv=None) -> None:
     p.add_argument("--gbdt", action="store_true", help="also LightGBM's LambdaMART on the same features (needs lightgbm)")
     p.add_argument("--listformer", action="store_true", help="also a one-layer transformer over each candidate "
                    "list on the same features (minutes per fold on a CPU)")
-    p.add_argument("--nested", type=int, default=0, metavar="K", help="also the recipe's training settings chosen "
+    p.add_argument("--nested", type=_inner_folds, default=0, metavar="K", help="also the recipe's training settings chosen "
                    "by nested cross-validation: inside each outer training set, among NESTED_GRID by K inner folds, then "
                    "scored on the outer held questions (NestedFit)")
     p.add_argument("--reuse", action="store_true", help="read the saved candidates instead of computing them")

@@ -54,7 +54,7 @@ def _check(cfg: TrainJobConfig, given: int | None = None) -> str:
 
 def _check_replaceable(out: str) -> None:
     """``out`` is new or a ranker file: a corpus or question file there would be lost to the ranker."""
-    from hpengine.nn import is_ranker_file
+    from hpengine.pipeline import is_ranker_file
 
     if os.path.lexists(out) and not is_ranker_file(out):
         raise UserError(f"out={out!r} exists and is not a ranker file; writing the ranker would destroy it "
@@ -89,7 +89,7 @@ def _gold_in_index(indexes: list, question_sets: list, names: list, paths: list)
                     for q, found in zip(qs, ids))
         if short:
             warnings.append(f"{short} of {len(qs)} questions of {name!r} have gold passages that are not in index "
-                            f"{path!r}: they train as if those passages were never found")
+                            f"{path!r}: training neither learns from nor counts those passages")
     return warnings
 
 

@@ -142,7 +142,7 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
                lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0, prior: int = -1,
                weight: Tensor | None = None, log=None) -> CandidateRanker:
     """A :class:`CandidateRanker` trained full-batch with Adam on the listwise loss, on one CPU
-    thread (torch's thread count is restored after: the same weights on every machine).
+    thread (torch's thread count is restored after): the same weights whatever that count.
 
     Args:
         features: float ``[N, C, F]``; gold, valid: bool ``[N, C]``.
@@ -182,8 +182,9 @@ def fit_ranker(features: Tensor, gold: Tensor, valid: Tensor, *, hidden: int = 1
 @contextlib.contextmanager
 def _one_thread():
     """torch on one CPU thread inside, its count restored after. The ranker's tensors are small:
-    on one thread its fit gives the same weights on every machine, and a busy core cannot stall
-    it (two threads with one core taken ran a 12-question fit 100x slower)."""
+    on one thread its fit gives the same weights whatever torch's thread count, and a busy core
+    cannot stall it (two threads with one core taken ran a 12-question fit 100x slower). The count
+    is the process's: fits run in parallel threads would share it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -249,6 +250,8 @@ def is_ranker_file(path: str | os.PathLike) -> bool:
     ranker may replace."""
     from safetensors import safe_open
 
+    if not os.path.isfile(path):  # a folder, a pipe (opening it would wait for a writer), nothing
+        return False
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
             return json.loads((f.metadata() or {}).get("hpengine", "{}")).get("format") == RANKER_FORMAT

@@ -44,6 +44,7 @@ _EXPORTS = {
     "set_weights": "hpengine.pipeline._learn",
     "train_ranker": "hpengine.pipeline._learn",
     "write_ranker": "hpengine.pipeline._learn",
+    "is_ranker_file": "hpengine.pipeline._learn",
     "gold_passage_ids": "hpengine.pipeline._learn",
     "adapter_part": "hpengine.pipeline._learn",
     "train_adapter": "hpengine.pipeline._learn",
@@ -52,7 +53,8 @@ _EXPORTS = {
 if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
-    from hpengine.pipeline._learn import (RankerExamples, adapter_part, fusion_order, gold_passage_ids, list_order,
+    from hpengine.pipeline._learn import (RankerExamples, adapter_part, fusion_order, gold_passage_ids, is_ranker_file,
+                                          list_order,
                                           paired_difference, rank_candidates, ranker_examples, ranker_meta, recall_at,
                                           recall_per_question, set_weights, train_adapter, train_ranker,
                                           write_ranker)
@@ -87,6 +89,7 @@ __all__ = [
     "paired_difference",
     "rank_candidates",
     "ranker_examples",
+    "is_ranker_file",
     "ranker_meta",
     "recall_at",
     "recall_per_question",

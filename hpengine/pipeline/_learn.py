@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from hpengine.config import TrainJobConfig
-from hpengine.nn import fit_query_adapter, fit_ranker, save_ranker
+from hpengine.nn import fit_query_adapter, fit_ranker, is_ranker_file, save_ranker  # noqa: F401 - is_ranker_file: the jobs' way to it
 from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever
 
 
