@@ -151,6 +151,8 @@ CASES = {
                      "eval.batch_size=4"], ["eval.batch_size= is given twice"]),
     "the method twice": (["eval", "index={w}/idx", "questions={w}/questions.json", "retriever=dense",
                           "engine=ppr"], ["is given twice ('retriever=dense' and 'engine=ppr')"]),
+    "a key twice, once with +": (["eval", "index={w}/idx", "questions={w}/questions.json", "eval.batch_size=2",
+                                  "+eval.batch_size=4"], ["eval.batch_size= is given twice"]),
     "unknown +nested key": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "+graph.foo=1"], ["graph.foo"]),
     "unknown ++key": (["eval", "index={w}/idx", "questions={w}/questions.json", "++eval.foo=1"], ["eval.foo"]),
     "misspelled key": (["add", "corpus={w}/more.jsonl", "out={w}/idx", "graph.synonym_treshold=0.5"],
@@ -614,3 +616,13 @@ def test_grag_build_errors_are_one_line_with_exit_2(work, capsys, monkeypatch, a
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and err.startswith("hpengine: error: ") and needle in err, err
     assert tree(work / "idx") == before
+
+
+def test_a_deleted_key_set_again_is_not_a_repeat():
+    """``~key`` deletes a value and ``+key=`` sets one: together they are not a key given twice."""
+    from hpengine._commands import check_overrides
+    from hpengine.errors import UserError
+
+    check_overrides("eval", ["index=idx", "questions=q.json", "~eval.checkpoint", "+eval.checkpoint=c.jsonl"])
+    with pytest.raises(UserError, match="eval.checkpoint= is given twice"):
+        check_overrides("eval", ["index=idx", "questions=q.json", "eval.checkpoint=a", "++eval.checkpoint=b"])

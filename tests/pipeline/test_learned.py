@@ -197,26 +197,29 @@ def test_ranker_files_are_checked(examples, tmp_path, builtin_index):
         assert "\n" not in str(exc.value)
 
 
+def _ranker_with_weights_changed(examples, path, hidden: int, change) -> None:
+    """A ranker file at ``path`` whose header is intact and whose weights ``change(tensors)`` edits."""
+    from safetensors.torch import load_file, save_file
+
+    engine, _, ex = examples
+    save_ranker(CandidateRanker(len(FEATURES), hidden=hidden), path, ranker_meta(engine, ex))
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(path))
+    change(tensors)
+    save_file(tensors, str(path), metadata=metadata)
+
+
 @pytest.mark.parametrize("damage,message", [("nan", "weights that are not finite \\(linear.weight\\)"),
                                             ("scale", "a spread that is not positive")])
 def test_a_ranker_with_damaged_weights_is_refused(examples, tmp_path, damage, message):
     """A file whose header is intact but whose numbers are not (NaN weights, a zero spread) would
     order the candidates arbitrarily: refused in one line, and not taken for a ranker to keep."""
-    from safetensors.torch import load_file, save_file
-
     from hpengine.nn import is_ranker_file
 
-    engine, _, ex = examples
     path = tmp_path / "r.safetensors"
-    save_ranker(CandidateRanker(len(FEATURES), hidden=0), path, ranker_meta(engine, ex))
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata()
-    tensors = load_file(str(path))
-    if damage == "nan":
-        tensors["linear.weight"][0, 0] = float("nan")
-    else:
-        tensors["scale"][3] = 0.0
-    save_file(tensors, str(path), metadata=metadata)
+    where = ("linear.weight", (0, 0), float("nan")) if damage == "nan" else ("scale", (3,), 0.0)
+    _ranker_with_weights_changed(examples, path, 0, lambda t: t[where[0]].__setitem__(where[1], where[2]))
     with pytest.raises(ValueError, match=message) as exc:
         load_ranker(path)
     assert "\n" not in str(exc.value)
@@ -225,16 +228,8 @@ def test_a_ranker_with_damaged_weights_is_refused(examples, tmp_path, damage, me
 
 
 def test_a_ranker_whose_weights_misfit_its_header_names_them(examples, tmp_path):
-    from safetensors.torch import load_file, save_file
-
-    engine, _, ex = examples
-    path = tmp_path / "r.safetensors"
-    save_ranker(CandidateRanker(len(FEATURES), hidden=4), path, ranker_meta(engine, ex))
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata()
-    tensors = load_file(str(path))
-    tensors["mlp.0.weight"] = tensors["mlp.0.weight"][:2]  # two hidden units where the header says four
-    save_file(tensors, str(path), metadata=metadata)
+    path = tmp_path / "r.safetensors"  # two hidden units where the header says four
+    _ranker_with_weights_changed(examples, path, 4, lambda t: t.update({"mlp.0.weight": t["mlp.0.weight"][:2]}))
     with pytest.raises(ValueError, match=r"mlp.0.weight is \[2, .*\], not \[4, ") as exc:
         load_ranker(path)
     assert "\n" not in str(exc.value)
@@ -414,3 +409,24 @@ def test_question_sets_travel_with_the_examples_and_one_set_trains_the_same_bala
     two = [train_ranker(both, hidden=4, epochs=20, balance_sets=flag) for flag in (True, False)]
     with torch.no_grad():
         assert not torch.equal(two[0](both.features, both.valid), two[1](both.features, both.valid))
+
+
+def test_the_fit_runs_on_one_thread_and_restores_the_count():
+    """fit_ranker's steps run on one CPU thread (the weights do not depend on torch's count), and
+    the count the caller set is back afterwards, also when the fit fails."""
+    from hpengine.nn import fit_ranker
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 5, 3, generator=g)
+    gold, valid = x[..., 0] == x[..., 0].amax(1, keepdim=True), torch.ones(8, 5, dtype=torch.bool)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        seen = []
+        fit_ranker(x, gold, valid, hidden=0, epochs=3, log=lambda epoch, loss: seen.append(torch.get_num_threads()))
+        assert seen == [1, 1] and torch.get_num_threads() == 2  # epochs 0 and 2 logged
+        with pytest.raises(ValueError):  # one weight per question, or refused inside the loop
+            fit_ranker(x, gold, valid, hidden=0, epochs=3, weight=torch.ones(3))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
