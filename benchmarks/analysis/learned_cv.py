@@ -186,7 +186,7 @@ def held_out_orders(sets: dict, fit, folds: int, seed: int, lodo: bool = True) -
 
 # The training settings the recipe was chosen among on the dev questions (docs/methods/learned.md):
 # --nested selects among them inside each outer training set only, so the outer estimate covers
-# the choice of these settings too. Each entry overrides train_ranker's defaults.
+# the choice of these settings too. Each entry overrides the run's own training settings.
 NESTED_GRID = {
     "default": {},
     "weight_decay=0.01": {"weight_decay": 0.01},
