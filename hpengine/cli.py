@@ -136,9 +136,10 @@ def _with_positional_index(command: str, args: list) -> list:
                           f"(usage: {shape}); every other argument is KEY=VALUE "
                           f"(got {' '.join(repr(p) for p in extra)})")
     given = [a.split("=", 1)[1] for a in rest if re.match(rf"(?:\+\+|\+)?{key}=", a)]
-    if given and given[-1] != positional[0]:
+    other = next((g for g in given if g != positional[0]), None)  # every one, not only the last
+    if other is not None:
         raise _user_error(f"{command} takes one index folder, as its first argument or as {key}= "
-                          f"(got {positional[0]!r} and {key}={given[-1]!r})")
+                          f"(got {positional[0]!r} and {key}={other!r})")
     return [f"{key}={positional[0]}", *[a for a in rest if not re.match(rf"(?:\+\+|\+)?{key}=", a)]]
 
 

@@ -159,6 +159,7 @@ def test_an_unknown_key_names_the_closest_in_one_line(capsys, tmp_path, monkeypa
     (["demo", "extractor=llm"], "extractor=llm needs extractor.llm_model=PATH"),
     (["eval", "A", "B", "questions=q.json"], "eval takes one index folder"),
     (["eval", "A", "index=B", "questions=q.json"], "got 'A' and index='B'"),
+    (["eval", "A", "index=B", "index=A", "questions=q.json"], "got 'A' and index='B'"),  # not only the last
     (["demo", "somewhere"], "demo takes no positional argument"),
 ])
 def test_a_key_the_command_would_ignore_is_refused(capsys, tmp_path, monkeypatch, args, needle):
