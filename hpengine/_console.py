@@ -46,6 +46,11 @@ def one_line(exc: BaseException) -> str:
     return re.sub(r"\s+", " ", ": ".join(parts)).strip() or "error"
 
 
+def warn(text: str) -> None:
+    """One line ``hpengine: warning: ...`` on stderr."""
+    print(f"hpengine: warning: {text}", file=sys.stderr)
+
+
 def fail(exc: BaseException, debug: bool) -> None:
     if debug:
         raise exc

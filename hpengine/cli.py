@@ -36,6 +36,7 @@ from hpengine._console import debug_from_env as _debug_from_env
 from hpengine._console import fail as _fail
 from hpengine._console import one_line as _one_line
 from hpengine._console import read_switch as _read_switch
+from hpengine._console import warn
 
 __all__ = ["COMMANDS", "job_config", "main", "split_ask_args", "usage"]
 
@@ -253,7 +254,7 @@ def _compose(config_name: str, overrides: list):
 # ----------------------------------------------------------------- tasks
 def _print_warnings(result: dict) -> None:
     for text in result.get("warnings", ()):
-        print(f"hpengine: warning: {text}", file=sys.stderr)
+        warn(text)
 
 
 def _index_task(cfg, options) -> None:

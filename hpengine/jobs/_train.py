@@ -10,6 +10,7 @@ import os
 import random
 import sys
 
+from hpengine._console import warn
 from hpengine.config import EvalJobConfig, LearnedConfig, TrainJobConfig
 from hpengine.errors import UserError
 from hpengine.jobs._eval import make_engine
@@ -139,7 +140,7 @@ def run_train(cfg: TrainJobConfig, *, progress: bool = True, questions: list | N
     indexes = [Index.load(path, device=cfg.device) for path in cfg.index]
     warnings = _gold_in_index(indexes, question_sets, names, cfg.index)  # before the encoder loads
     for text in warnings if progress else ():  # now, not after minutes of work
-        print(f"hpengine: warning: {text}", file=sys.stderr)
+        warn(text)
     engines = [make_engine(EvalJobConfig(index=path, device=cfg.device,
                                          engine=LearnedConfig(candidate_width=cfg.candidate_width,
                                                               mention_width=cfg.mention_width)), index=index)

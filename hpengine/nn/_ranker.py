@@ -218,7 +218,7 @@ def load_ranker(path: str | os.PathLike) -> tuple[CandidateRanker, dict]:
 
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
-            header = json.loads((f.metadata() or {}).get("hpengine", "{}"))
+            header = _header(f)
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except FileNotFoundError:
         raise
@@ -254,9 +254,14 @@ def is_ranker_file(path: str | os.PathLike) -> bool:
         return False
     try:
         with safe_open(os.fspath(path), framework="pt") as f:
-            return json.loads((f.metadata() or {}).get("hpengine", "{}")).get("format") == RANKER_FORMAT
+            return _header(f).get("format") == RANKER_FORMAT
     except Exception:  # not safetensors, not JSON, unreadable: not a ranker
         return False
+
+
+def _header(f) -> dict:
+    """The ranker header :func:`save_ranker` writes, from an open safetensors file (``{}`` if none)."""
+    return json.loads((f.metadata() or {}).get("hpengine", "{}"))
 
 
 def _misfit(expected: dict, found: dict) -> str:

@@ -54,8 +54,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from hpengine.pipeline._answer import Answer, ScoredPassage
     from hpengine.pipeline._engine import Engine, finish
     from hpengine.pipeline._learn import (RankerExamples, adapter_part, fusion_order, gold_passage_ids, is_ranker_file,
-                                          list_order,
-                                          paired_difference, rank_candidates, ranker_examples, ranker_meta, recall_at,
+                                          list_order, paired_difference, rank_candidates, ranker_examples, ranker_meta, recall_at,
                                           recall_per_question, set_weights, train_adapter, train_ranker,
                                           write_ranker)
     from hpengine.pipeline._steps import QASteps
@@ -83,13 +82,13 @@ __all__ = [
     "get_retriever",
     "gold_passage_ids",
     "is_comparison",
+    "is_ranker_file",
     "is_unknown",
     "list_order",
     "names_shared",
     "paired_difference",
     "rank_candidates",
     "ranker_examples",
-    "is_ranker_file",
     "ranker_meta",
     "recall_at",
     "recall_per_question",

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from hpengine.config import TrainJobConfig
-from hpengine.nn import fit_query_adapter, fit_ranker, is_ranker_file, save_ranker  # noqa: F401 - is_ranker_file: the jobs' way to it
+# is_ranker_file: re-exported for the jobs, which reach hpengine.nn only through the pipeline
+from hpengine.nn import fit_query_adapter, fit_ranker, is_ranker_file, save_ranker  # noqa: F401
 from hpengine.pipeline.retrievers._learned import FEATURES, LearnedRetriever
 
 
